@@ -1,0 +1,340 @@
+package faults
+
+import (
+	"syscall"
+	"time"
+)
+
+// Point is a step of the launcher's lifecycle at which a fault acts.
+type Point string
+
+// The lifecycle points, in the order the launcher reaches them.
+const (
+	// PointBeforeLibvirt is right after the launcher read its input, before it connects to libvirt.
+	PointBeforeLibvirt Point = "before-libvirt"
+	// PointBuildDomain is while the launcher turns the VMI into domain XML
+	// (kernel path and command line, disks, whether QEMU starts paused).
+	PointBuildDomain Point = "build-domain"
+	// PointBeforeDefine is right before the libvirt define call.
+	PointBeforeDefine Point = "before-define"
+	// PointDefine is the libvirt define call itself.
+	PointDefine Point = "define"
+	// PointBeforeStart is right before the libvirt start (create) call.
+	PointBeforeStart Point = "before-start"
+	// PointStart is the libvirt start (create) call itself.
+	PointStart Point = "start"
+	// PointAfterStart is once the domain has started, while the launcher waits for Running.
+	PointAfterStart Point = "after-start"
+	// PointAfterRunning is once the VMI has been reported Running.
+	PointAfterRunning Point = "after-running"
+)
+
+// ExitCode is a virt-launcher exit code. The values are the launcher's fixed
+// contract; they live here as documentation data for the catalog, and
+// cmd/virt-launcher is expected to test its own constants against them.
+type ExitCode int
+
+// The virt-launcher exit codes.
+const (
+	// ExitNone means the launcher does not exit because of the fault.
+	ExitNone ExitCode = -1
+	// ExitSucceeded: the VMI reached phase Succeeded.
+	ExitSucceeded ExitCode = 0
+	// ExitInternal: an internal error of the launcher.
+	ExitInternal ExitCode = 1
+	// ExitPanic: a Go panic, including a simulated launcher crash.
+	ExitPanic ExitCode = 2
+	// ExitUsage: bad flags or a bad fault term.
+	ExitUsage ExitCode = 3
+	// ExitInputUnreadable: the VMI input could not be read.
+	ExitInputUnreadable ExitCode = 4
+	// ExitManifestInvalid: the VMI manifest is invalid.
+	ExitManifestInvalid ExitCode = 5
+	// ExitQemuStartTimeout: QEMU did not reach Running within the start timeout.
+	ExitQemuStartTimeout ExitCode = 10
+	// ExitLibvirtError: a libvirt call failed.
+	ExitLibvirtError ExitCode = 11
+	// ExitQemuFailed: QEMU failed or exited before Running.
+	ExitQemuFailed ExitCode = 12
+	// ExitVMCrashed: the VM crashed after Running (QEMU killed, guest panic).
+	ExitVMCrashed ExitCode = 13
+)
+
+// Outcome is what a fault produces under a condition, as documentation data:
+// the final phase and reason the launcher reports and its exit code.
+type Outcome struct {
+	// When is the condition, empty if the outcome is unconditional.
+	When string
+	// Phase is the final VMI phase reported, empty if no final event is sent.
+	Phase string
+	// Reason is the reason attached to the phase, empty if none.
+	Reason string
+	// Exit is the launcher's exit code, ExitNone if it keeps running.
+	Exit ExitCode
+}
+
+// Param describes one parameter of a fault.
+type Param struct {
+	// Name is the parameter name as written in a fault term.
+	Name string
+	// Type names the value type for people: "duration", "signal", ...
+	Type string
+	// Default is the default in canonical form, or a description of it
+	// ("first disk"); empty for a required parameter.
+	Default string
+	// Required parameters have no default and must be given.
+	Required bool
+	// Allowed lists the accepted values, in canonical form; nil when the
+	// type is open (a duration, a disk name).
+	Allowed []string
+	// Doc is a one-line description.
+	Doc string
+
+	kind kind
+	def  any // the default value, as the kind parses it
+}
+
+// Definition is one entry of the fault catalog.
+type Definition struct {
+	// Name is the user-facing fault name.
+	Name string
+	// ActsAt says, for people, where in the lifecycle the fault acts.
+	ActsAt string
+	// Description is a one-line description of what the fault does.
+	Description string
+	// Params are the fault's own parameters, in canonical order. The
+	// modifiers common to every fault (P%, N*, delay, attempts) are not listed.
+	Params []Param
+	// Outcomes are what the fault produces, as documentation data.
+	Outcomes []Outcome
+
+	// wholeSeconds: after and delay must be whole seconds (the guest counts them).
+	wholeSeconds bool
+	// action builds the typed action from a parsed spec; delay is the effective delay.
+	action func(s Spec, delay time.Duration) (Action, Point)
+}
+
+// maxDuration bounds every duration so that after+delay cannot overflow.
+const maxDuration = 24 * time.Hour
+
+var (
+	crashPoints   = []string{string(PointBeforeLibvirt), string(PointBeforeDefine), string(PointBeforeStart), string(PointAfterRunning)}
+	libvirtCalls  = []string{string(PointDefine), string(PointStart)}
+	diskOps       = []string{string(DiskOpRead), string(DiskOpWrite), string(DiskOpAll)}
+	afterDoc      = "time from the domain start to the action"
+	guestAfterDoc = "whole seconds from guest readiness to the action"
+)
+
+// catalog is the fault catalog, in the order faults are documented and planned.
+var catalog = []Definition{
+	{
+		Name:        "launcher-crash",
+		ActsAt:      "launcher, at `at`",
+		Description: "The launcher panics: a real process death with no final event.",
+		Params: []Param{
+			enumParam("at", string(PointBeforeLibvirt), crashPoints, "where the launcher panics"),
+		},
+		Outcomes: []Outcome{{When: "process dies, no final event", Exit: ExitPanic}},
+		action: func(s Spec, d time.Duration) (Action, Point) {
+			at := Point(s.params["at"].(string))
+			return LauncherCrash{At: at, Delay: d}, at
+		},
+	},
+	{
+		Name:        "libvirt-error",
+		ActsAt:      "libvirt call `at`",
+		Description: "The launcher's libvirt call fails with an injected error.",
+		Params: []Param{
+			enumParam("at", string(PointStart), libvirtCalls, "which libvirt call fails"),
+		},
+		Outcomes: []Outcome{{Phase: "Failed", Reason: "LibvirtError", Exit: ExitLibvirtError}},
+		action: func(s Spec, d time.Duration) (Action, Point) {
+			at := Point(s.params["at"].(string))
+			return LibvirtError{At: at, Delay: d}, at
+		},
+	},
+	{
+		Name:        "qemu-hang",
+		ActsAt:      "domain start",
+		Description: "QEMU is started paused and never resumed, so the start timeout fires.",
+		Outcomes:    []Outcome{{Phase: "Failed", Reason: "QemuStartTimeout", Exit: ExitQemuStartTimeout}},
+		action: func(_ Spec, d time.Duration) (Action, Point) {
+			return QemuHang{Delay: d}, PointStart
+		},
+	},
+	{
+		Name:        "qemu-slow-start",
+		ActsAt:      "domain start",
+		Description: "QEMU is started paused and resumed `after` later.",
+		Params: []Param{
+			{Name: "after", Type: "duration", Required: true, Doc: "how long QEMU stays paused", kind: durationKind{}},
+		},
+		Outcomes: []Outcome{
+			{When: "resumed within the start timeout", Phase: "Running", Exit: ExitNone},
+			{When: "otherwise", Phase: "Failed", Reason: "QemuStartTimeout", Exit: ExitQemuStartTimeout},
+		},
+		action: func(_ Spec, d time.Duration) (Action, Point) {
+			return QemuSlowStart{After: d}, PointStart
+		},
+	},
+	{
+		Name:        "qemu-kill",
+		ActsAt:      "after domain start",
+		Description: "The launcher sends QEMU `signal`, `after` the domain started.",
+		Params: []Param{
+			{Name: "signal", Type: "signal", Default: "SIGKILL", Allowed: signalNames(), Doc: "the signal sent to QEMU (SIG prefix optional, any case)", kind: signalKind{}, def: syscall.SIGKILL},
+			durationParam("after", afterDoc),
+		},
+		Outcomes: []Outcome{
+			{When: "before Running", Phase: "Failed", Reason: "QemuFailed", Exit: ExitQemuFailed},
+			{When: "after Running", Phase: "Failed", Reason: "VMCrashed", Exit: ExitVMCrashed},
+		},
+		action: func(s Spec, d time.Duration) (Action, Point) {
+			return QemuKill{Signal: s.params["signal"].(syscall.Signal), After: d}, PointAfterStart
+		},
+	},
+	{
+		Name:        "qemu-bad-config",
+		ActsAt:      "domain XML",
+		Description: "QEMU is given a kernel path that does not exist, so it refuses to start (libvirt may name it LibvirtError; the exit code is 12 either way).",
+		Outcomes:    []Outcome{{Phase: "Failed", Reason: "QemuFailed", Exit: ExitQemuFailed}},
+		action: func(_ Spec, d time.Duration) (Action, Point) {
+			return QemuBadConfig{KernelPath: BadKernelPath, Delay: d}, PointBuildDomain
+		},
+	},
+	{
+		Name:         "guest-panic",
+		ActsAt:       "guest (kernel cmdline `harness.panic=N`)",
+		Description:  "The guest kernel panics `after` it is ready; pvpanic reports it.",
+		Params:       []Param{durationParam("after", guestAfterDoc)},
+		Outcomes:     []Outcome{{Phase: "Failed", Reason: "GuestPanicked", Exit: ExitVMCrashed}},
+		wholeSeconds: true,
+		action: func(_ Spec, d time.Duration) (Action, Point) {
+			return GuestPanic{After: d}, PointBuildDomain
+		},
+	},
+	{
+		Name:         "guest-poweroff",
+		ActsAt:       "guest (kernel cmdline `harness.poweroff=N`)",
+		Description:  "The guest powers itself off `after` it is ready.",
+		Params:       []Param{durationParam("after", guestAfterDoc)},
+		Outcomes:     []Outcome{{Phase: "Succeeded", Reason: "GuestShutdown", Exit: ExitSucceeded}},
+		wholeSeconds: true,
+		action: func(_ Spec, d time.Duration) (Action, Point) {
+			return GuestPowerOff{After: d}, PointBuildDomain
+		},
+	},
+	{
+		Name:        "guest-noready",
+		ActsAt:      "guest (kernel cmdline `harness.noready`)",
+		Description: "The guest never prints its readiness marker.",
+		Outcomes:    []Outcome{{Phase: "Running", Exit: ExitNone}},
+		action: func(_ Spec, d time.Duration) (Action, Point) {
+			return GuestNoReady{Delay: d}, PointBuildDomain
+		},
+	},
+	{
+		Name:        "disk-io-error",
+		ActsAt:      "domain XML (QEMU blkdebug)",
+		Description: "QEMU's blkdebug makes a disk fail; the guest prints HARNESS-DISK-READ-ERROR.",
+		Params: []Param{
+			{Name: "disk", Type: "disk name", Default: "first disk", Doc: "the VMI disk that fails", kind: diskKind{}, def: ""},
+			enumParam("op", string(DiskOpRead), diskOps, "which requests fail"),
+			{Name: "errno", Type: "errno", Default: "5", Allowed: errnoAllowed(), Doc: "the error returned (number or name)", kind: errnoKind{}, def: syscall.EIO},
+		},
+		Outcomes: []Outcome{{When: "guest prints HARNESS-DISK-READ-ERROR", Phase: "Running", Exit: ExitNone}},
+		action: func(s Spec, d time.Duration) (Action, Point) {
+			return DiskIOError{
+				Disk:  s.params["disk"].(string),
+				Op:    DiskOp(s.params["op"].(string)),
+				Errno: s.params["errno"].(syscall.Errno),
+				Delay: d,
+			}, PointBuildDomain
+		},
+	},
+}
+
+// modifiers are the parameters every fault takes besides its own.
+var modifiers = []Param{
+	{Name: "delay", Type: "duration", Default: "0s", Doc: "wait before the action; added to `after` where the fault has one", kind: durationKind{}, def: time.Duration(0)},
+	{Name: "attempts", Type: "attempts", Default: "all", Doc: "launch attempts the fault applies to: 2, 1-3, 4-, 1,3,5", kind: attemptsKind{}, def: AttemptSet{}},
+}
+
+func enumParam(name, def string, allowed []string, doc string) Param {
+	return Param{Name: name, Type: "enum", Default: def, Allowed: allowed, Doc: doc, kind: enumKind{values: allowed}, def: def}
+}
+
+func durationParam(name, doc string) Param {
+	return Param{Name: name, Type: "duration", Default: "0s", Doc: doc, kind: durationKind{}, def: time.Duration(0)}
+}
+
+// Catalog returns the fault catalog, one Definition per fault, in documentation
+// order. The result is a copy: changing it changes nothing in the package.
+func Catalog() []Definition {
+	out := make([]Definition, len(catalog))
+	for i, d := range catalog {
+		d.Params = append([]Param(nil), d.Params...)
+		for j := range d.Params {
+			d.Params[j].Allowed = append([]string(nil), d.Params[j].Allowed...)
+		}
+		d.Outcomes = append([]Outcome(nil), d.Outcomes...)
+		out[i] = d
+	}
+	return out
+}
+
+// Names returns the fault names of the catalog, in documentation order.
+func Names() []string {
+	names := make([]string, len(catalog))
+	for i, d := range catalog {
+		names[i] = d.Name
+	}
+	return names
+}
+
+// lookup returns the catalog index of the named fault, or -1.
+func lookup(name string) int {
+	for i := range catalog {
+		if catalog[i].Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// param returns the named parameter of d, its own or a modifier.
+func (d *Definition) param(name string) (Param, bool) {
+	for _, p := range d.Params {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	for _, p := range modifiers {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return Param{}, false
+}
+
+// paramNames lists the parameters d accepts, its own then the modifiers.
+func (d *Definition) paramNames() []string {
+	var names []string
+	for _, p := range d.Params {
+		names = append(names, p.Name)
+	}
+	for _, p := range modifiers {
+		names = append(names, p.Name)
+	}
+	return names
+}
+
+// hasAfter reports whether d has an `after` parameter that delay adds to.
+func (d *Definition) hasAfter() bool {
+	for _, p := range d.Params {
+		if p.Name == "after" {
+			return true
+		}
+	}
+	return false
+}
