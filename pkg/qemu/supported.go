@@ -1,0 +1,145 @@
+package qemu
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// supportedFields are the manifest field paths (arrays written as []) the
+// launcher honours. Everything under a path ending in ".*" is accepted.
+// Any other field that a manifest sets is refused by CheckSupported, so that
+// nothing a user asks for is silently dropped.
+func supportedFields() []string {
+	return []string{
+		"apiVersion", "kind", "metadata.*", "status.*",
+		"spec.terminationGracePeriodSeconds",
+		"spec.domain.cpu.cores", "spec.domain.cpu.sockets", "spec.domain.cpu.threads",
+		"spec.domain.memory.guest",
+		"spec.domain.resources.requests.memory", "spec.domain.resources.requests.cpu",
+		"spec.domain.machine.type",
+		"spec.domain.features.acpi.enabled",
+		"spec.domain.firmware.uuid",
+		"spec.domain.firmware.kernelBoot.kernelArgs",
+		"spec.domain.firmware.kernelBoot.container.image",
+		"spec.domain.firmware.kernelBoot.container.kernelPath",
+		"spec.domain.firmware.kernelBoot.container.initrdPath",
+		"spec.domain.firmware.kernelBoot.container.imagePullPolicy",
+		"spec.domain.devices.disks[].name",
+		"spec.domain.devices.disks[].disk.bus",
+		"spec.domain.devices.disks[].disk.readonly",
+		"spec.domain.devices.disks[].serial",
+		"spec.domain.devices.autoattachSerialConsole",
+		"spec.domain.devices.autoattachGraphicsDevice",
+		"spec.domain.devices.autoattachMemBalloon",
+		"spec.domain.devices.autoattachPodInterface",
+		"spec.volumes[].name",
+		"spec.volumes[].hostDisk.path", "spec.volumes[].hostDisk.type", "spec.volumes[].hostDisk.capacity",
+		"spec.volumes[].containerDisk.image", "spec.volumes[].containerDisk.path",
+		"spec.volumes[].containerDisk.imagePullPolicy",
+	}
+}
+
+// UnsupportedFieldError names a manifest field the launcher cannot honour.
+type UnsupportedFieldError struct {
+	Field string
+	Why   string
+}
+
+func (e *UnsupportedFieldError) Error() string {
+	return fmt.Sprintf("field %s: %s", e.Field, e.Why)
+}
+
+// CheckSupported walks a manifest as generic JSON and returns an error
+// naming the first (in sorted order) field that is set but not honoured.
+// Empty objects, empty arrays and nulls count as not set.
+func CheckSupported(raw map[string]any) error {
+	allowed := supportedFields()
+	var set []string
+	collectLeaves("", raw, &set)
+	sort.Strings(set)
+	for _, path := range set {
+		if !fieldAllowed(allowed, path) {
+			return &UnsupportedFieldError{Field: path, Why: "is not supported by virt-launcher (supported: " + strings.Join(specFields(allowed), ", ") + ")"}
+		}
+	}
+	return nil
+}
+
+func specFields(allowed []string) []string {
+	var out []string
+	for _, f := range allowed {
+		if strings.HasPrefix(f, "spec.") {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func fieldAllowed(allowed []string, path string) bool {
+	generic := arrayIndex(path)
+	for _, a := range allowed {
+		if a == generic {
+			return true
+		}
+		if prefix, ok := strings.CutSuffix(a, ".*"); ok && (generic == prefix || strings.HasPrefix(generic, prefix+".")) {
+			return true
+		}
+	}
+	return false
+}
+
+// arrayIndex turns "a[3].b" into "a[].b".
+func arrayIndex(path string) string {
+	var b strings.Builder
+	skipping := false
+	for _, r := range path {
+		switch {
+		case r == '[':
+			skipping = true
+			b.WriteString("[]")
+		case r == ']':
+			skipping = false
+		case !skipping:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+func collectLeaves(prefix string, v any, out *[]string) {
+	switch t := v.(type) {
+	case nil:
+	case map[string]any:
+		keys := make([]string, 0, len(t))
+		for k := range t {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			p := k
+			if prefix != "" {
+				p = prefix + "." + k
+			}
+			collectLeaves(p, t[k], out)
+		}
+	case []any:
+		if len(t) == 0 {
+			return
+		}
+		allScalar := true
+		for i, e := range t {
+			switch e.(type) {
+			case map[string]any, []any:
+				allScalar = false
+				collectLeaves(fmt.Sprintf("%s[%d]", prefix, i), e, out)
+			}
+		}
+		if allScalar {
+			*out = append(*out, prefix)
+		}
+	default:
+		*out = append(*out, prefix)
+	}
+}
