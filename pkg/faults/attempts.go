@@ -13,8 +13,8 @@ const MaxAttempt = 1_000_000
 
 // AttemptSet is the set of launch attempts (1-based) a fault applies to. The
 // zero value is every attempt. Sets are kept normalised (sorted, merged), so
-// two sets with the same members are equal under ==-style comparison of their
-// String forms and reflect.DeepEqual.
+// two sets with the same members have the same String form and are
+// reflect.DeepEqual.
 type AttemptSet struct {
 	ranges []attemptRange // nil: every attempt
 }

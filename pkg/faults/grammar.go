@@ -149,29 +149,45 @@ type syntaxError struct{ part, detail string }
 // splitParams splits "a=1,b=2" into items. The attempts value is itself a
 // comma-separated list, so an item without '=' that follows attempts=...
 // continues it: "attempts=1,3,5,delay=1s" is attempts 1,3,5 and a delay.
+// Items are slices of s, so a long attempts list costs linear time.
 func splitParams(s string) ([]paramItem, *syntaxError) {
 	if s == "" {
 		return nil, nil
 	}
-	var items []paramItem
-	for _, raw := range strings.Split(s, ",") {
-		raw = strings.TrimSpace(raw)
-		name, value, ok := strings.Cut(raw, "=")
-		if !ok {
-			if n := len(items); n > 0 && items[n-1].name == "attempts" && raw != "" {
-				items[n-1].value += "," + raw
-				items[n-1].raw += "," + raw
-				continue
-			}
-			return nil, &syntaxError{raw, termSyntaxHint(raw)}
+	type span struct{ start, end int }
+	var spans []span
+	for start := 0; start <= len(s); {
+		end := strings.IndexByte(s[start:], ',')
+		if end < 0 {
+			end = len(s)
+		} else {
+			end += start
 		}
-		items = append(items, paramItem{
-			name:  strings.TrimSpace(name),
-			value: strings.TrimSpace(value),
-			raw:   raw,
-		})
+		seg := strings.TrimSpace(s[start:end])
+		if !strings.Contains(seg, "=") {
+			n := len(spans)
+			if n == 0 || seg == "" || !isAttempts(s[spans[n-1].start:spans[n-1].end]) {
+				return nil, &syntaxError{seg, termSyntaxHint(seg)}
+			}
+			spans[n-1].end = end
+		} else {
+			spans = append(spans, span{start, end})
+		}
+		start = end + 1
+	}
+	items := make([]paramItem, len(spans))
+	for i, sp := range spans {
+		raw := strings.TrimSpace(s[sp.start:sp.end])
+		name, value, _ := strings.Cut(raw, "=")
+		items[i] = paramItem{name: strings.TrimSpace(name), value: strings.TrimSpace(value), raw: raw}
 	}
 	return items, nil
+}
+
+// isAttempts reports whether a raw item sets the attempts modifier.
+func isAttempts(raw string) bool {
+	name, _, _ := strings.Cut(raw, "=")
+	return strings.TrimSpace(name) == "attempts"
 }
 
 func termSyntaxHint(raw string) string {

@@ -2,6 +2,7 @@ package faults
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -357,5 +358,21 @@ func TestWantsSimulatedCrash(t *testing.T) {
 	}
 	if WantsSimulatedCrash(map[string]string{"other": ""}) || WantsSimulatedCrash(nil) {
 		t.Error("absent annotation must not crash")
+	}
+}
+
+func TestLongAttemptsList(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("attempts=")
+	for i := 50000; i >= 1; i-- {
+		fmt.Fprintf(&b, "%d,", i)
+	}
+	b.WriteString("delay=1s")
+	plan, err := Parse(ann("qemu-hang", b.String()), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := plan.Specs()[0].Attempts.String(); got != "1-50000" {
+		t.Errorf("attempts = %s, want 1-50000", got)
 	}
 }
