@@ -1,0 +1,194 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/crashloop-harness/crashloop/pkg/backoff"
+	"github.com/crashloop-harness/crashloop/pkg/controller"
+)
+
+// runFlags are the flags of "virt-controller run".
+type runFlags struct {
+	stateDir, launcher, output, preset, logLevel string
+	launcherArgs                                 []string
+	timeScale                                    float64
+	seed                                         uint64
+	maxDelay, giveUpWindow, countRunningWithin   time.Duration
+	qemuTimeout, qemuJitter, watchInterval       time.Duration
+	giveUpAfter                                  int
+	fsync, leaveRunning                          bool
+}
+
+func runController(args []string) error {
+	var f runFlags
+	fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
+	fs.StringVar(&f.stateDir, "state-dir", defaultStateDir(), "state folder (VM status, launcher folders, control socket)")
+	fs.StringVar(&f.launcher, "launcher", "", "virt-launcher binary (default: next to virt-controller, then $PATH)")
+	fs.StringArrayVar(&f.launcherArgs, "launcher-arg", nil, "extra flag for every virt-launcher, e.g. --launcher-arg=--image-dir=DIR (repeatable)")
+	fs.StringVarP(&f.output, "output", "o", "auto", "auto (live view on a terminal, JSON lines otherwise), live or json")
+	fs.Float64Var(&f.timeScale, "time-scale", 1, "multiply every controller-side duration (backoff, QEMU timeout, grace period) by this")
+	fs.Uint64Var(&f.seed, "seed", 0, "seed for every random draw (0: pick one and print it)")
+	fs.StringVar(&f.preset, "backoff", "kubevirt", "backoff preset: "+strings.Join(backoff.PresetNames(), ", "))
+	fs.DurationVar(&f.maxDelay, "max-delay", backoff.DefaultMaxDelay, "cap of the kubevirt backoff curve")
+	fs.IntVar(&f.giveUpAfter, "give-up-after", 0, "stop retrying after this many counted failures (0: never)")
+	fs.DurationVar(&f.giveUpWindow, "give-up-window", 0, "count only failures this recent for --give-up-after (0: all consecutive)")
+	fs.DurationVar(&f.countRunningWithin, "count-running-failures-within", 0, "also count a VMI that ends within this long after reaching Running (0: upstream rule)")
+	fs.DurationVar(&f.qemuTimeout, "qemu-timeout", 240*time.Second, "base QEMU start timeout passed to virt-launcher (scaled)")
+	fs.DurationVar(&f.qemuJitter, "qemu-timeout-jitter", 120*time.Second, "the controller adds whole seconds in [0, this) to the timeout (scaled); the launcher adds none")
+	fs.DurationVar(&f.watchInterval, "watch-interval", 250*time.Millisecond, "how often manifest files are checked for changes")
+	fs.BoolVar(&f.fsync, "fsync", true, "fsync every state save (durable across a machine crash; a kill -9 needs only the atomic rename)")
+	fs.BoolVar(&f.leaveRunning, "leave-running", false, "on SIGINT/SIGTERM leave VMIs running for the next controller to adopt, instead of stopping them")
+	fs.StringVar(&f.logLevel, "log-level", "info", "stderr log level: debug, info, warn, error")
+	fs.Usage = func() {
+		fmt.Fprintf(os.Stderr, "usage: virt-controller run [flags] VM.yaml...\n%s", fs.FlagUsages())
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return nil
+		}
+		return fail(exitBadInput, "%v", err)
+	}
+	if fs.NArg() == 0 {
+		return fail(exitBadInput, "no VirtualMachine manifests given: usage: virt-controller run [flags] VM.yaml...")
+	}
+	cfg, err := f.config()
+	if err != nil {
+		return fail(exitBadInput, "%v", err)
+	}
+	manifests, err := controller.ReadManifests(fs.Args())
+	if err != nil {
+		return fail(exitBadInput, "%v", err)
+	}
+	var view *liveView
+	if f.outputMode() == "live" {
+		view = newLiveView(os.Stdout, cfg)
+		cfg.Observer = view
+	} else {
+		cfg.Observer = controller.NewJSONLines(os.Stdout)
+	}
+	c, err := controller.New(cfg)
+	if err != nil {
+		return fail(exitBadInput, "%v", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if view != nil {
+		go view.run(ctx, c)
+	}
+	fmt.Fprintf(os.Stderr, "virt-controller: seed %d (reproduce with --seed %d), time scale %g, policy %s, state %s\n",
+		cfg.Seed, cfg.Seed, f.timeScale, cfg.Policy, f.stateDir)
+	err = c.Run(ctx, manifests)
+	if view != nil {
+		view.final()
+	}
+	if err != nil {
+		return fail(exitBadInput, "%v", err)
+	}
+	return nil
+}
+
+func (f runFlags) outputMode() string {
+	if f.output != "auto" {
+		return f.output
+	}
+	if st, err := os.Stdout.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+		return "live"
+	}
+	return "json"
+}
+
+func (f runFlags) config() (controller.Config, error) {
+	var cfg controller.Config
+	switch f.output {
+	case "auto", "live", "json":
+	default:
+		return cfg, fmt.Errorf("--output %q: allowed values are auto, live, json", f.output)
+	}
+	if f.timeScale <= 0 {
+		return cfg, fmt.Errorf("--time-scale %g: must be greater than 0", f.timeScale)
+	}
+	policy, err := backoff.Preset(f.preset)
+	if err != nil {
+		return cfg, fmt.Errorf("--backoff: %w", err)
+	}
+	if f.preset == "kubevirt" {
+		if f.maxDelay < time.Second {
+			return cfg, fmt.Errorf("--max-delay %s: must be at least 1s", f.maxDelay)
+		}
+		policy.Curve = backoff.KubeVirt{MaxDelay: f.maxDelay}
+	}
+	if f.giveUpAfter < 0 || f.giveUpWindow < 0 || f.countRunningWithin < 0 {
+		return cfg, errors.New("--give-up-after, --give-up-window and --count-running-failures-within must not be negative")
+	}
+	if f.giveUpAfter > 0 {
+		policy.GiveUpAfter, policy.GiveUpWindow = f.giveUpAfter, f.giveUpWindow
+	}
+	if f.countRunningWithin > 0 {
+		policy.CountRunningFailuresWithin = f.countRunningWithin
+	}
+	policy.Scale = f.timeScale
+	if f.qemuTimeout <= 0 {
+		return cfg, fmt.Errorf("--qemu-timeout %s: must be positive", f.qemuTimeout)
+	}
+	jitter := f.qemuJitter
+	if jitter == 0 {
+		jitter = -1 // Config reads zero as "default"
+	}
+	level := slog.LevelInfo
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return cfg, fmt.Errorf("--log-level %q: allowed values are debug, info, warn, error", f.logLevel)
+	}
+	launcher, err := findLauncher(f.launcher)
+	if err != nil {
+		return cfg, err
+	}
+	seed := f.seed
+	if seed == 0 {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		seed = binary.LittleEndian.Uint64(b[:])>>1 | 1
+	}
+	var logOut io.Writer = os.Stderr
+	cfg = controller.Config{
+		StateDir: f.stateDir, Fsync: f.fsync, Policy: policy, Seed: seed,
+		Launcher:    controller.LauncherOptions{Path: launcher, Args: f.launcherArgs},
+		QEMUTimeout: f.qemuTimeout, QEMUTimeoutJitter: jitter,
+		WatchInterval: f.watchInterval, StopOnExit: !f.leaveRunning,
+		Logger: slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level})),
+	}
+	return cfg, nil
+}
+
+// findLauncher resolves --launcher, or looks next to this binary, then in
+// $PATH.
+func findLauncher(flag string) (string, error) {
+	if flag != "" {
+		return flag, nil
+	}
+	if self, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(self), "virt-launcher")
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			return p, nil
+		}
+	}
+	p, err := exec.LookPath("virt-launcher")
+	if err != nil {
+		return "", errors.New("virt-launcher not found next to virt-controller nor in $PATH; pass --launcher PATH")
+	}
+	return p, nil
+}

@@ -1,0 +1,196 @@
+package controller
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	v1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// Manifest is one VirtualMachine read from a file.
+type Manifest struct {
+	// Path is the file it came from.
+	Path string
+	// Doc is the 1-based document number within the file.
+	Doc int
+	// VM is the validated VirtualMachine, namespace defaulted.
+	VM *v1.VirtualMachine
+	// Digest is the SHA-256 of the document's bytes.
+	Digest string
+}
+
+// Source names the manifest in messages: "path" or "path (document N)".
+func (m Manifest) Source() string { return source(m.Path, m.Doc) }
+
+func source(path string, doc int) string {
+	if doc <= 1 {
+		return path
+	}
+	return fmt.Sprintf("%s (document %d)", path, doc)
+}
+
+// SupportedRunStrategies lists the run strategies this controller reconciles.
+func SupportedRunStrategies() []v1.VirtualMachineRunStrategy {
+	return []v1.VirtualMachineRunStrategy{
+		v1.RunStrategyAlways, v1.RunStrategyRerunOnFailure, v1.RunStrategyManual, v1.RunStrategyHalted, v1.RunStrategyOnce,
+	}
+}
+
+// ReadManifests reads every file (several YAML documents per file are
+// allowed, separated by "---") and checks that no two VMs share a
+// namespace/name.
+func ReadManifests(paths []string) ([]Manifest, error) {
+	var all []Manifest
+	seen := map[Key]Manifest{}
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return nil, fmt.Errorf("reading manifest: %w", err)
+		}
+		ms, err := ParseManifests(p, data)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range ms {
+			k := KeyOf(m.VM)
+			if prev, dup := seen[k]; dup {
+				return nil, fmt.Errorf("duplicate VirtualMachine %s: defined in %s and in %s; each VM needs its own namespace/name", k, prev.Source(), m.Source())
+			}
+			seen[k] = m
+			all = append(all, m)
+		}
+	}
+	if len(all) == 0 {
+		return nil, errors.New("no VirtualMachine manifests given")
+	}
+	return all, nil
+}
+
+// docSeparator matches a YAML document separator line.
+func docSeparator() *regexp.Regexp { return regexp.MustCompile(`(?m)^---[ \t]*\r?$`) }
+
+// ParseManifests decodes the VirtualMachines in one file's bytes.
+func ParseManifests(path string, data []byte) ([]Manifest, error) {
+	var out []Manifest
+	docs := docSeparator().Split(string(data), -1)
+	for i, d := range docs {
+		if strings.TrimSpace(stripComments(d)) == "" {
+			continue
+		}
+		vm, err := ParseVM([]byte(d))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", source(path, i+1), err)
+		}
+		sum := sha256.Sum256([]byte(d))
+		out = append(out, Manifest{Path: path, Doc: i + 1, VM: vm, Digest: hex.EncodeToString(sum[:])})
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: no VirtualMachine in the file", path)
+	}
+	return out, nil
+}
+
+func stripComments(doc string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(doc, "\n") {
+		if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "#") {
+			b.WriteString(line)
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
+}
+
+// ParseVM decodes one YAML or JSON document into a VirtualMachine, strictly
+// (an unknown field is an error naming it), and validates what the
+// controller relies on.
+func ParseVM(doc []byte) (*v1.VirtualMachine, error) {
+	js, err := yaml.YAMLToJSON(doc)
+	if err != nil {
+		return nil, fmt.Errorf("not valid YAML or JSON: %w", err)
+	}
+	var head struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+	}
+	if err := json.Unmarshal(js, &head); err != nil {
+		return nil, fmt.Errorf("want a VirtualMachine object: %w", err)
+	}
+	switch head.Kind {
+	case "VirtualMachine":
+	case "VirtualMachineInstance":
+		return nil, errors.New("field kind: got VirtualMachineInstance, want VirtualMachine: virt-controller runs VirtualMachines; put the VMI's metadata and spec under spec.template of a VirtualMachine, or run the VMI directly with virt-launcher")
+	case "":
+		return nil, errors.New("field kind: missing, want VirtualMachine")
+	default:
+		return nil, fmt.Errorf("field kind: got %q, want VirtualMachine", head.Kind)
+	}
+	if head.APIVersion != "kubevirt.io/v1" {
+		return nil, fmt.Errorf("field apiVersion: got %q, want \"kubevirt.io/v1\"", head.APIVersion)
+	}
+	vm := &v1.VirtualMachine{}
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(vm); err != nil {
+		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			return nil, fmt.Errorf("unknown field %s (misspelled, or not part of kubevirt.io/v1 VirtualMachine)", f)
+		}
+		return nil, fmt.Errorf("decoding VirtualMachine: %w", err)
+	}
+	if vm.Status.StartFailure != nil || vm.Status.PrintableStatus != "" {
+		// A status in a manifest would masquerade as the controller's record.
+		vm.Status = v1.VirtualMachineStatus{}
+	}
+	if vm.Namespace == "" {
+		vm.Namespace = "default"
+	}
+	if err := validateVM(vm); err != nil {
+		return nil, err
+	}
+	return vm, nil
+}
+
+func validateVM(vm *v1.VirtualMachine) error {
+	if vm.Name == "" {
+		return errors.New("field metadata.name: must be set")
+	}
+	if errs := validation.IsDNS1123Subdomain(vm.Name); len(errs) > 0 {
+		return fmt.Errorf("field metadata.name: %q: %s", vm.Name, strings.Join(errs, "; "))
+	}
+	if errs := validation.IsDNS1123Label(vm.Namespace); len(errs) > 0 {
+		return fmt.Errorf("field metadata.namespace: %q: %s", vm.Namespace, strings.Join(errs, "; "))
+	}
+	if vm.Spec.Template == nil {
+		return errors.New("field spec.template: must be set (the VMI to create)")
+	}
+	if vm.Spec.Running != nil && vm.Spec.RunStrategy != nil {
+		return errors.New("fields spec.running and spec.runStrategy: set only one (spec.runStrategy is preferred)")
+	}
+	if vm.Spec.RunStrategy != nil {
+		ok := false
+		for _, s := range SupportedRunStrategies() {
+			ok = ok || *vm.Spec.RunStrategy == s
+		}
+		if !ok {
+			return fmt.Errorf("field spec.runStrategy: %q is not supported; allowed values are %s", *vm.Spec.RunStrategy, strategyList())
+		}
+	}
+	return nil
+}
+
+func strategyList() string {
+	var names []string
+	for _, s := range SupportedRunStrategies() {
+		names = append(names, string(s))
+	}
+	return strings.Join(names, ", ")
+}

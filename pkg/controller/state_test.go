@@ -1,0 +1,109 @@
+package controller
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	v1 "kubevirt.io/api/core/v1"
+)
+
+func TestStoreKeepsExactRetryTime(t *testing.T) {
+	s, err := OpenStore(t.TempDir(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	retry := time.Date(2025, 1, 2, 3, 4, 5, 678901234, time.UTC)
+	mt := metav1.NewTime(retry)
+	vm := &v1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "default"}}
+	vm.Status.StartFailure = &v1.VirtualMachineStartFailure{ConsecutiveFailCount: 3, LastFailedVMIUID: "u", RetryAfterTimestamp: &mt}
+	if err := s.Save(&Record{VM: vm, Attempt: 3}); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := s.Load(Key{"default", "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.VM.Status.StartFailure.RetryAfterTimestamp.Time; !got.Equal(retry) {
+		t.Fatalf("retry time %s after a round trip, want %s", got, retry)
+	}
+	// The status keeps KubeVirt's shape (whole seconds) on disk.
+	data, _ := os.ReadFile(filepath.Join(s.Dir(), "vms", "default_a.json"))
+	if !strings.Contains(string(data), `"retryAfterTimestamp": "2025-01-02T03:04:05Z"`) {
+		t.Errorf("status not in KubeVirt's shape:\n%s", data)
+	}
+	if keys, _ := s.List(); len(keys) != 1 || keys[0] != (Key{"default", "a"}) {
+		t.Errorf("List = %v", keys)
+	}
+	entries, _ := os.ReadDir(filepath.Join(s.Dir(), "vms"))
+	if len(entries) != 1 {
+		t.Errorf("temporary files left: %v", entries)
+	}
+}
+
+func TestParseRecordRejects(t *testing.T) {
+	cases := map[string]string{
+		"not JSON":      "{",
+		"wrong version": `{"version":2,"vm":{"metadata":{"name":"a","namespace":"b"}}}`,
+		"no VM":         `{"version":1}`,
+		"negative":      `{"version":1,"attempt":-1,"vm":{"metadata":{"name":"a","namespace":"b"}}}`,
+		"bad launcher":  `{"version":1,"launcher":{"pid":0},"vm":{"metadata":{"name":"a","namespace":"b"}}}`,
+		"wrong type":    `{"version":1,"vm":{"metadata":{"name":7}}}`,
+		"unnamed VM":    `{"version":1,"vm":{"metadata":{"namespace":"b"}}}`,
+	}
+	for name, data := range cases {
+		if _, err := ParseRecord([]byte(data)); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func FuzzParseRecord(f *testing.F) {
+	good, _ := json.Marshal(&Record{Version: 1, VM: &v1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "b"}}, Attempt: 2})
+	f.Add(good)
+	f.Add([]byte(`{"version":1,"retryAfter":"2025-01-01T00:00:00.5Z","vm":{"metadata":{"name":"a","namespace":"b"},"status":{"startFailure":{"consecutiveFailCount":2}}}}`))
+	f.Add([]byte("null"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		rec, err := ParseRecord(data)
+		if err != nil {
+			return
+		}
+		if rec.VM == nil || rec.VM.Name == "" || rec.Attempt < 0 {
+			t.Fatalf("accepted an invalid record: %+v", rec)
+		}
+		// What was accepted must save and load again.
+		s := &Store{dir: t.TempDir()}
+		if err := os.MkdirAll(filepath.Join(s.dir, "vms"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Encode(rec); err != nil {
+			t.Fatalf("accepted record does not encode: %v", err)
+		}
+	})
+}
+
+func FuzzParseEvent(f *testing.F) {
+	f.Add([]byte(`{"time":"2025-01-01T00:00:00.123Z","event":"Failed","vmi":"a","namespace":"b","uid":"u","phase":"Failed","reason":"QemuStartTimeout","exitCode":10}`))
+	f.Add([]byte(`{"event":"Running"}`))
+	f.Add([]byte(`panic: oops`))
+	f.Fuzz(func(t *testing.T, line []byte) {
+		ev, err := ParseEvent(line)
+		if err != nil {
+			return
+		}
+		if ev.Event == "" {
+			t.Fatal("accepted an event without a name")
+		}
+		again, err := json.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ParseEvent(again); err != nil {
+			t.Fatalf("re-encoded event does not parse: %v", err)
+		}
+	})
+}
