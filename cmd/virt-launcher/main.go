@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"k8s.io/utils/clock"
 	v1 "kubevirt.io/api/core/v1"
 
+	"github.com/crashloop-harness/crashloop/pkg/faults"
 	"github.com/crashloop-harness/crashloop/pkg/launcher"
 	"github.com/crashloop-harness/crashloop/pkg/manifest"
 	"github.com/crashloop-harness/crashloop/pkg/qemu"
@@ -137,22 +139,44 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) launcher.Exit
 		fmt.Fprintf(stderr, "virt-launcher: %v\n", err)
 		return launcher.ExitInvalidManifest
 	}
-	if wantsSimulatedCrash(vmi) {
-		log.Info("VMI carries " + failFastAnnotation + ": crashing before libvirt or QEMU")
+	if faults.WantsSimulatedCrash(vmi.Annotations) {
+		log.Info("VMI carries " + faults.FailFastAnnotation + ": crashing before libvirt or QEMU")
 		panic("Simulated virt-launcher crash")
 	}
 	if err := qemu.CheckSupported(doc.Raw); err != nil {
 		fmt.Fprintf(stderr, "virt-launcher: %s: %v\n", input, err)
 		return launcher.ExitInvalidManifest
 	}
-	return launch(context.Background(), &o, vmi, input, stdout, log)
+	plan, err := faults.Parse(vmi.Annotations, o.faults)
+	if err == nil {
+		err = plan.ValidateDisks(diskNames(vmi))
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "virt-launcher: %s: %v\n", input, err)
+		if onlyFlagErrors(err) {
+			return launcher.ExitUsage
+		}
+		return launcher.ExitInvalidManifest
+	}
+	return launch(context.Background(), &o, vmi, plan, input, stdout, log)
 }
 
-const failFastAnnotation = "kubevirt.io/func-test-virt-launcher-fail-fast"
-
-func wantsSimulatedCrash(vmi *v1.VirtualMachineInstance) bool {
-	_, ok := vmi.Annotations[failFastAnnotation]
-	return ok
+// onlyFlagErrors tells whether every fault error came from --fault flags
+// (a usage error) rather than from the manifest's annotations.
+func onlyFlagErrors(err error) bool {
+	var list []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		list = j.Unwrap()
+	} else {
+		list = []error{err}
+	}
+	for _, e := range list {
+		var fe *faults.Error
+		if !errors.As(e, &fe) || !strings.HasPrefix(fe.Source, "--fault") {
+			return false
+		}
+	}
+	return true
 }
 
 func checkFlags(o *options, fs *pflag.FlagSet) error {
@@ -190,7 +214,7 @@ func newLogger(level string, w io.Writer) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
 }
 
-func launch(ctx context.Context, o *options, vmi *v1.VirtualMachineInstance, input string, stdout io.Writer, log *slog.Logger) launcher.ExitCode {
+func launch(ctx context.Context, o *options, vmi *v1.VirtualMachineInstance, plan faults.Plan, input string, stdout io.Writer, log *slog.Logger) launcher.ExitCode {
 	log = log.With("vmi", vmi.Namespace+"/"+vmi.Name)
 	mode, _ := qemu.ParseAccel(o.accel)
 	host, err := qemu.ReadHostVirt()
@@ -213,8 +237,30 @@ func launch(ctx context.Context, o *options, vmi *v1.VirtualMachineInstance, inp
 		fmt.Fprintf(os.Stderr, "virt-launcher: --console-log: %v\n", err)
 		return launcher.ExitUsage
 	}
-	dom, err := qemu.BuildDomain(vmi, qemu.DomainOptions{Accel: accel, Images: images, ConsoleLog: consoleLog})
+	sess := qemu.SessionOptions{URI: o.libvirtURI, CapsCacheDir: o.cacheDir}
+	if o.libvirtURI == "" {
+		if err := os.MkdirAll(o.runtimeDir, 0o755); err != nil {
+			fmt.Fprintf(os.Stderr, "virt-launcher: --runtime-dir: %v\n", err)
+			return launcher.ExitUsage
+		}
+		root, err := os.MkdirTemp(o.runtimeDir, "vmi-")
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "virt-launcher: --runtime-dir: %v\n", err)
+			return launcher.ExitUsage
+		}
+		sess.Root = root
+	}
+	scratch, dropScratch, err := scratchDir(sess.Root, o.runtimeDir)
 	if err != nil {
+		fmt.Fprintf(os.Stderr, "virt-launcher: --runtime-dir: %v\n", err)
+		return launcher.ExitUsage
+	}
+	defer dropScratch()
+	dom, err := qemu.BuildDomain(vmi, qemu.DomainOptions{Accel: accel, Images: images, ConsoleLog: consoleLog, ScratchDir: scratch})
+	if err != nil {
+		if sess.Root != "" {
+			os.RemoveAll(sess.Root)
+		}
 		if images == nil {
 			fmt.Fprintf(os.Stderr, "virt-launcher: %s: %v (image folder %s: not readable; build it with `make images` or pass --image-dir)\n", input, err, o.imageDir)
 		} else {
@@ -236,18 +282,14 @@ func launch(ctx context.Context, o *options, vmi *v1.VirtualMachineInstance, inp
 		}
 	}
 
-	sess := qemu.SessionOptions{URI: o.libvirtURI, CapsCacheDir: o.cacheDir}
-	if o.libvirtURI == "" {
-		if err := os.MkdirAll(o.runtimeDir, 0o755); err != nil {
-			fmt.Fprintf(os.Stderr, "virt-launcher: --runtime-dir: %v\n", err)
-			return launcher.ExitUsage
+	decisions := plan.Decide(faults.DecideInput{Seed: seed, Key: vmi.Namespace + "/" + vmi.Name, Attempt: o.attempt})
+	injections, err := applyFaults(decisions, dom, scratch)
+	if err != nil {
+		if sess.Root != "" {
+			os.RemoveAll(sess.Root)
 		}
-		root, err := os.MkdirTemp(o.runtimeDir, "vmi-")
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "virt-launcher: --runtime-dir: %v\n", err)
-			return launcher.ExitUsage
-		}
-		sess.Root = root
+		fmt.Fprintf(os.Stderr, "virt-launcher: %s: %v\n", input, err)
+		return launcher.ExitInvalidManifest
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -273,7 +315,8 @@ func launch(ctx context.Context, o *options, vmi *v1.VirtualMachineInstance, inp
 		"libvirt":            libvirtMode,
 		"consoleLog":         consoleLog,
 		"gracePeriod":        grace.String(),
-		"faults":             []string{},
+		"faultPlan":          plan.Summary(),
+		"faults":             decisions.Summary(),
 	}
 	if err := events.Emit(launcher.Event{Time: clk.Now(), Event: launcher.EventScheduled, Phase: launcher.PhaseScheduled, Details: details}); err != nil {
 		log.Error("writing event", "err", err)
@@ -283,6 +326,9 @@ func launch(ctx context.Context, o *options, vmi *v1.VirtualMachineInstance, inp
 	defer stop()
 	loopCtx, stopLoop := context.WithCancel(context.Background())
 	defer stopLoop()
+	if err := launcher.BecomeSubreaper(); err != nil {
+		log.Warn("QEMU's exit may be noticed late", "err", err)
+	}
 	if err := qemu.StartEventLoop(loopCtx); err != nil {
 		log.Error("starting libvirt's event loop", "err", err)
 		return launcher.ExitInternal
@@ -296,6 +342,7 @@ func launch(ctx context.Context, o *options, vmi *v1.VirtualMachineInstance, inp
 		ReadyMarker: o.readyMarker,
 		QemuTimeout: qemuTimeout,
 		GracePeriod: grace,
+		Injections:  injections,
 		Clock:       clk,
 		Events:      events,
 		Log:         log,

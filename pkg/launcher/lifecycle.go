@@ -31,10 +31,16 @@ const (
 // Injections are the faults that act on this launch, already decided by
 // pkg/faults. The zero value injects nothing.
 type Injections struct {
-	// CrashAt makes the launcher die of a panic at that point.
-	CrashAt CrashPoint
-	// LibvirtErrorAt makes the libvirt call "define" or "start" fail.
-	LibvirtErrorAt string
+	// CrashAt makes the launcher die of a panic at that point, after
+	// CrashDelay.
+	CrashAt    CrashPoint
+	CrashDelay time.Duration
+	// LibvirtErrorAt makes the libvirt call "define" or "start" fail,
+	// after LibvirtErrorDelay.
+	LibvirtErrorAt    string
+	LibvirtErrorDelay time.Duration
+	// StartDelay holds QEMU's start back (the delay of a start fault).
+	StartDelay time.Duration
 	// StartPaused starts QEMU with its vCPUs stopped; ResumeAfter > 0
 	// resumes them after that long (slow start), 0 never does (hang).
 	StartPaused bool
@@ -127,6 +133,9 @@ func (l *launch) crashIf(p CrashPoint) {
 	if l.cfg.Injections.CrashAt != p {
 		return
 	}
+	if d := l.cfg.Injections.CrashDelay; d > 0 {
+		l.cfg.Clock.Sleep(d)
+	}
 	l.fire(FiredFault{Name: l.name("crash"), Message: "launcher crashes " + string(p), Details: map[string]any{"at": string(p)}})
 	// Panic on a fresh goroutine: the process dies the way a real crash
 	// kills it, without running this goroutine's deferred cleanup. The
@@ -199,6 +208,7 @@ func (l *launch) run(ctx context.Context) (res Result) {
 
 	l.crashIf(CrashBeforeDefine)
 	if cfg.Injections.LibvirtErrorAt == "define" {
+		clk.Sleep(cfg.Injections.LibvirtErrorDelay)
 		l.fire(FiredFault{Name: l.name("libvirt-error"), Message: "libvirt define fails", Details: map[string]any{"at": "define"}})
 		return failed(ExitLibvirtError, ReasonLibvirtError, "defining domain %s: injected libvirt error (fault %s)", cfg.Domain.Name, l.name("libvirt-error"))
 	}
@@ -218,6 +228,7 @@ func (l *launch) run(ctx context.Context) (res Result) {
 
 	l.crashIf(CrashBeforeStart)
 	if cfg.Injections.LibvirtErrorAt == "start" {
+		clk.Sleep(cfg.Injections.LibvirtErrorDelay)
 		l.fire(FiredFault{Name: l.name("libvirt-error"), Message: "libvirt start fails", Details: map[string]any{"at": "start"}})
 		return failed(ExitLibvirtError, ReasonLibvirtError, "starting domain %s: injected libvirt error (fault %s)", cfg.Domain.Name, l.name("libvirt-error"))
 	}
@@ -231,6 +242,11 @@ func (l *launch) run(ctx context.Context) (res Result) {
 	defer stopConsole()
 	var console <-chan qemu.ConsoleLine
 	if cfg.ConsoleLog != "" {
+		// Start from an empty log, so a previous run's lines are never
+		// taken for this guest's.
+		if err := os.WriteFile(cfg.ConsoleLog, nil, 0o644); err != nil {
+			return failed(ExitInternal, ReasonInternalError, "creating console log: %v", err)
+		}
 		console = qemu.WatchConsole(consoleCtx, clk, cfg.ConsoleLog, 20*time.Millisecond)
 	}
 
@@ -246,6 +262,9 @@ func (l *launch) run(ctx context.Context) (res Result) {
 		}
 		l.fire(FiredFault{Name: l.name(key), Message: msg})
 	}
+	if inj.StartDelay > 0 {
+		clk.Sleep(inj.StartDelay)
+	}
 	l.startAt = clk.Now()
 	if err := dom.Start(inj.StartPaused); err != nil {
 		if l.isQemuError(err) {
@@ -254,6 +273,12 @@ func (l *launch) run(ctx context.Context) (res Result) {
 		return failed(ExitLibvirtError, ReasonLibvirtError, "%v", err)
 	}
 
+	// QEMU is daemonized; as a child subreaper (set by the command) this
+	// process inherits it, and reaping it at once lets libvirt see it gone
+	// without waiting for PID 1 to reap the zombie.
+	if pid, err := dom.PID(); err == nil {
+		go reapChild(pid)
+	}
 	var resume, kill <-chan time.Time
 	if inj.StartPaused && inj.ResumeAfter > 0 {
 		t := clk.NewTimer(inj.ResumeAfter)
@@ -306,7 +331,7 @@ func (l *launch) run(ctx context.Context) (res Result) {
 			}
 		case <-kill:
 			kill = nil
-			l.killed = inj.Kill.Signal.String()
+			l.killed = unixSignalName(inj.Kill.Signal)
 			l.fire(FiredFault{Name: l.name("kill"), Message: fmt.Sprintf("sending %s to QEMU", unixSignalName(inj.Kill.Signal)), Details: map[string]any{"signal": unixSignalName(inj.Kill.Signal), "after": inj.Kill.After.String()}})
 			if err := dom.Kill(inj.Kill.Signal); err != nil {
 				cfg.Log.Warn("killing QEMU", "err", err)

@@ -1,9 +1,27 @@
 package launcher
 
 import (
+	"fmt"
+
+	"golang.org/x/sys/unix"
 	"os/signal"
 	"syscall"
 )
+
+// BecomeSubreaper makes this process inherit its orphaned descendants
+// (QEMU daemonized by libvirt), so it can reap them promptly.
+func BecomeSubreaper() error {
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("becoming a child subreaper: %w", err)
+	}
+	return nil
+}
+
+// reapChild waits for pid if it is (or becomes) a child of this process.
+func reapChild(pid int) {
+	var ws syscall.WaitStatus
+	_, _ = syscall.Wait4(pid, &ws, 0, nil)
+}
 
 func ignoreStopSignals() {
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)

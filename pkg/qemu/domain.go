@@ -3,10 +3,12 @@ package qemu
 import (
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/api/resource"
 	k8sv1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	v1 "kubevirt.io/api/core/v1"
 	"libvirt.org/go/libvirtxml"
 )
@@ -20,6 +22,10 @@ type DomainOptions struct {
 	// ConsoleLog is the file the serial console is written to. Empty means
 	// no serial console is attached.
 	ConsoleLog string
+	// ScratchDir receives the copy-on-write overlays of container disks,
+	// which are ephemeral as in KubeVirt; it is removed with the launch.
+	// Empty attaches container disks read-only.
+	ScratchDir string
 }
 
 // SpecError is a VMI field the launcher cannot turn into a domain.
@@ -42,8 +48,8 @@ func DomainName(vmi *v1.VirtualMachineInstance) string {
 func BuildDomain(vmi *v1.VirtualMachineInstance, opts DomainOptions) (*libvirtxml.Domain, error) {
 	spec := &vmi.Spec
 	dom := &libvirtxml.Domain{
-		Type: opts.Accel.DomainType(),
-		Name: DomainName(vmi),
+		Type:       opts.Accel.DomainType(),
+		Name:       DomainName(vmi),
 		OnPoweroff: "destroy",
 		OnCrash:    "destroy",
 		Features:   &libvirtxml.DomainFeatureList{},
@@ -80,7 +86,7 @@ func BuildDomain(vmi *v1.VirtualMachineInstance, opts DomainOptions) (*libvirtxm
 	if err := setKernelBoot(dom, spec.Domain.Firmware, opts.Images); err != nil {
 		return nil, err
 	}
-	if err := setDisks(dom, vmi, opts.Images); err != nil {
+	if err := setDisks(dom, vmi, opts.Images, opts.ScratchDir); err != nil {
 		return nil, err
 	}
 	if dom.OS.Kernel == "" && len(dom.Devices.Disks) == 0 {
@@ -218,7 +224,7 @@ func setKernelBoot(dom *libvirtxml.Domain, fw *v1.Firmware, images *ImageStore) 
 	return nil
 }
 
-func setDisks(dom *libvirtxml.Domain, vmi *v1.VirtualMachineInstance, images *ImageStore) error {
+func setDisks(dom *libvirtxml.Domain, vmi *v1.VirtualMachineInstance, images *ImageStore, scratch string) error {
 	volumes := map[string]*v1.Volume{}
 	for i := range vmi.Spec.Volumes {
 		v := &vmi.Spec.Volumes[i]
@@ -256,13 +262,24 @@ func setDisks(dom *libvirtxml.Domain, vmi *v1.VirtualMachineInstance, images *Im
 		default:
 			return &SpecError{Field: field + ".disk.bus", Msg: fmt.Sprintf("%q is not supported (allowed: virtio, sata)", bus)}
 		}
-		path, transient, err := diskSource(v, images)
+		path, ephemeral, err := diskSource(v, images)
 		if err != nil {
 			return err
 		}
 		format, err := imageFormat(path)
 		if err != nil {
 			return &SpecError{Field: field, Msg: err.Error()}
+		}
+		if ephemeral && scratch != "" && !readonly {
+			// A container disk is ephemeral in KubeVirt: writes go to an
+			// overlay that is thrown away, never into the image itself.
+			overlay, err := createOverlay(path, format, scratch, d.Name)
+			if err != nil {
+				return &SpecError{Field: field, Msg: err.Error()}
+			}
+			path, format = overlay, "qcow2"
+		} else if ephemeral {
+			readonly = true
 		}
 		disk := libvirtxml.DomainDisk{
 			Device: "disk",
@@ -275,10 +292,6 @@ func setDisks(dom *libvirtxml.Domain, vmi *v1.VirtualMachineInstance, images *Im
 		next[prefix]++
 		if readonly {
 			disk.ReadOnly = &libvirtxml.DomainDiskReadOnly{}
-		} else if transient {
-			// A container disk is ephemeral in KubeVirt: writes go to an
-			// overlay that is thrown away, never into the image itself.
-			disk.Transient = &libvirtxml.DomainDiskTransient{}
 		}
 		dom.Devices.Disks = append(dom.Devices.Disks, disk)
 	}
@@ -290,7 +303,7 @@ func setDisks(dom *libvirtxml.Domain, vmi *v1.VirtualMachineInstance, images *Im
 	return nil
 }
 
-func diskSource(v *v1.Volume, images *ImageStore) (path string, transient bool, err error) {
+func diskSource(v *v1.Volume, images *ImageStore) (path string, ephemeral bool, err error) {
 	field := "spec.volumes[name=" + v.Name + "]"
 	switch {
 	case v.HostDisk != nil:
@@ -354,4 +367,17 @@ func imageFormat(path string) (string, error) {
 		return "qcow2", nil
 	}
 	return "raw", nil
+}
+
+// createOverlay makes a qcow2 overlay of image in dir with qemu-img.
+func createOverlay(image, format, dir, name string) (string, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("creating overlay folder: %w", err)
+	}
+	overlay := filepath.Join(dir, "overlay-"+name+".qcow2")
+	out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", "-F", format, "-b", image, overlay).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("creating overlay of %s with qemu-img: %v: %s", image, err, strings.TrimSpace(string(out)))
+	}
+	return overlay, nil
 }
