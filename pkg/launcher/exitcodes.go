@@ -1,5 +1,10 @@
 package launcher
 
+import (
+	"fmt"
+	"strings"
+)
+
 // ExitCode is the documented exit status of virt-launcher.
 type ExitCode int
 
@@ -53,3 +58,20 @@ const (
 	ReasonVMCrashed        = "VMCrashed"
 	ReasonGuestPanicked    = "GuestPanicked"
 )
+
+// ExitCodeMarkdown renders the exit code table for the README.
+func ExitCodeMarkdown() string {
+	var b strings.Builder
+	b.WriteString("| exit | phase | reason | meaning |\n| --- | --- | --- | --- |\n")
+	for _, c := range ExitCodes() {
+		phase, reasons := c.Phase, strings.Join(c.Reasons, ", ")
+		if phase == "" {
+			phase = "-"
+		}
+		if reasons == "" {
+			reasons = "-"
+		}
+		fmt.Fprintf(&b, "| %d | %s | %s | %s |\n", c.Code, phase, reasons, c.Meaning)
+	}
+	return b.String()
+}

@@ -14,7 +14,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
+	"reflect"
 
 	v1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/yaml"
@@ -99,24 +99,21 @@ func decode(data []byte, input, wantKind string, into any) (*Document, error) {
 	if apiVersion != "kubevirt.io/v1" {
 		return nil, &InvalidError{Input: input, Field: "apiVersion", Msg: fmt.Sprintf("got %q, want \"kubevirt.io/v1\"", apiVersion)}
 	}
-	dec := json.NewDecoder(bytes.NewReader(jsonData))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(into); err != nil {
+	if f := unknownField(raw, reflect.TypeOf(into), ""); f != "" {
+		return nil, &InvalidError{Input: input, Field: f, Msg: "unknown field (misspelled, or not part of kubevirt.io/v1 " + wantKind + ")"}
+	}
+	if err := json.Unmarshal(jsonData, into); err != nil {
 		return nil, &InvalidError{Input: input, Msg: describeDecodeError(err)}
 	}
 	return &Document{Input: input, Raw: raw}, nil
 }
 
 func describeDecodeError(err error) string {
-	msg := err.Error()
-	if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
-		return fmt.Sprintf("unknown field %s (misspelled, or not part of kubevirt.io/v1)", f)
-	}
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &typeErr) {
 		return fmt.Sprintf("field %s: got a JSON %s, want %s", typeErr.Field, typeErr.Value, typeErr.Type)
 	}
-	return msg
+	return err.Error()
 }
 
 // VMI decodes a VirtualMachineInstance manifest.

@@ -1,0 +1,72 @@
+# crashloop: virt-launcher, the KubeVirt crash-loop controller, and their suites.
+# `make run` and `make test` do all the set-up on a fresh Debian 12 machine (as root).
+
+SHELL := /bin/bash
+GO ?= go
+BUILD := _build
+BIN := $(BUILD)/bin
+IMAGES := $(BUILD)/images
+DEB_PACKAGES := qemu-system-x86 qemu-utils libvirt-daemon libvirt-daemon-driver-qemu libvirt-daemon-system \
+	libvirt-clients libvirt-dev busybox-static cpio pkg-config
+FUZZTIME ?= 20s
+FUNCTEST_FLAGS ?=
+
+.PHONY: all deps images build run run-launcher test unit functest fuzz lint bench clean
+
+all: build
+
+## deps: install the Debian packages the build and the VMs need, when missing
+deps:
+	@missing=$$(for p in $(DEB_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing:" $$missing; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			-o Dpkg::Options::=--force-confnew $$missing >/dev/null; \
+	fi
+
+## images: build the test guest (Debian kernel + busybox initramfs) into _build/images
+images: deps
+	@images/guest/build.sh $(IMAGES)
+
+## build: the binaries, into _build/bin
+build: deps
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+## run: the main job on the embedded example
+run: run-launcher
+
+## run-launcher: boot the example VMI through virt-launcher and show its phases
+run-launcher: build images
+	$(BIN)/virt-launcher --event-format text --log-level warn examples/vmi-testguest.yaml
+
+## test: unit tests, a short fuzz run, lint, and the functional suites on real VMs
+test: unit fuzz lint functest
+
+unit: deps
+	$(GO) test -count=1 ./pkg/... ./cmd/...
+
+fuzz: deps
+	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./pkg/faults
+	$(GO) test -run='^$$' -fuzz='^FuzzVMI$$' -fuzztime=$(FUZZTIME) ./pkg/manifest
+
+lint: deps
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+
+## functest: the ginkgo suites on real VMs; one JUnit file per suite in _build/junit/
+functest: build images
+	@mkdir -p $(BUILD)/junit
+	@set -e; for suite in $$(ls -d functests/*/ | sed 's:/$$::'); do \
+		name=$$(basename $$suite); \
+		echo "=== functional suite $$name"; \
+		$(GO) test -count=1 -timeout 40m ./$$suite -args -ginkgo.v \
+			-ginkgo.junit-report=$(CURDIR)/$(BUILD)/junit/$$name.xml $(FUNCTEST_FLAGS); \
+	done
+
+## bench: launcher start latency versus virsh, QEMU-death latency, RSS (a table)
+bench: build images
+	bench/launcher.sh
+
+clean:
+	rm -rf $(BUILD)
