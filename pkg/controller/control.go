@@ -145,7 +145,7 @@ func ReadSnapshots(stateDir string, keys ...Key) ([]*Snapshot, error) {
 			return nil, fmt.Errorf("%w: no state for VM %s in %s (known: %s)", errNotFound, k, stateDir, keyList(known))
 		}
 		s := &Snapshot{VM: rec.VM, VMI: rec.VMI, Attempt: rec.Attempt, RetryAfter: rec.RetryAfter,
-			Delay: rec.Delay, ScaledDelay: rec.ScaledDelay, GaveUp: rec.History.GaveUp}
+			Delay: rec.Delay, ScaledDelay: rec.ScaledDelay, GaveUp: rec.History.GaveUp, TimeScale: rec.TimeScale}
 		if rec.Launcher != nil {
 			s.LauncherDir = rec.Launcher.Dir
 			if rec.Launcher.Alive() {

@@ -51,6 +51,9 @@ type Record struct {
 	// ManifestDigest identifies the manifest content the spec came from, so
 	// a restarted controller can tell an edited manifest from an unchanged one.
 	ManifestDigest string `json:"manifestDigest"`
+	// TimeScale is the --time-scale of the controller that saved the
+	// record, so that a status read from disk can show it.
+	TimeScale float64 `json:"timeScale,omitempty"`
 	// RandDraws counts the values drawn from the VM's random source, so that
 	// a restarted controller continues the same reproducible sequence.
 	RandDraws uint64 `json:"randDraws"`

@@ -593,6 +593,7 @@ func (w *worker) updateStatus() {
 
 func (w *worker) persist() {
 	w.rec.RandDraws = w.src.draws
+	w.rec.TimeScale = w.c.timeScale()
 	data, err := w.c.store.Encode(w.rec)
 	if err == nil && bytes.Equal(data, w.saved) {
 		return
