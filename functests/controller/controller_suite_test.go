@@ -10,6 +10,7 @@
 package controller_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,15 +37,7 @@ var _ = SynchronizedBeforeSuite(func() []byte {
 	repo := repoRoot()
 	dir, err := os.MkdirTemp("", "crashloop-functest-bin-")
 	Expect(err).NotTo(HaveOccurred())
-	for _, b := range []struct{ out, pkg string }{
-		{"virt-controller", "./cmd/virt-controller"},
-		{"virt-launcher", "./cmd/virt-launcher"},
-	} {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b.out), b.pkg)
-		cmd.Dir = repo
-		out, err := cmd.CombinedOutput()
-		Expect(err).NotTo(HaveOccurred(), "go build %s: %s", b.pkg, out)
-	}
+	Expect(buildBinaries(repo, dir)).To(Succeed())
 	return []byte(dir)
 }, func(dir []byte) {
 	repo := repoRoot()
@@ -64,6 +57,21 @@ var _ = SynchronizedAfterSuite(func() {}, func() {
 		_ = os.RemoveAll(filepath.Dir(suite.controller))
 	}
 })
+
+// buildBinaries builds virt-controller and virt-launcher into dir.
+func buildBinaries(repo, dir string) error {
+	for _, b := range []struct{ out, pkg string }{
+		{"virt-controller", "./cmd/virt-controller"},
+		{"virt-launcher", "./cmd/virt-launcher"},
+	} {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b.out), b.pkg)
+		cmd.Dir = repo
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s: %v: %s", b.pkg, err, out)
+		}
+	}
+	return nil
+}
 
 func repoRoot() string {
 	_, file, _, _ := runtime.Caller(0)

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"text/template"
 	"time"
@@ -258,7 +257,7 @@ func (r *Run) Find(name string) (launcher.Event, bool) {
 // ConsoleHas waits for text on the serial console.
 func (r *Run) ConsoleHas(text string, timeout time.Duration) {
 	Eventually(func() string { b, _ := os.ReadFile(r.Console); return string(b) }).
-		WithTimeout(timeout).WithPolling(100*time.Millisecond).Should(ContainSubstring(text))
+		WithTimeout(timeout).WithPolling(100 * time.Millisecond).Should(ContainSubstring(text))
 }
 
 // Signal sends sig to the launcher process.
@@ -290,4 +289,3 @@ func detailSeconds(ev launcher.Event, key string) float64 {
 	return v
 }
 
-var _ = strings.Contains

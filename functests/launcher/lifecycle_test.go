@@ -64,7 +64,7 @@ var _ = Describe("a VM's lifecycle", func() {
 		var drawn []any
 		for i := 0; i < 2; i++ {
 			r := Start(VMISpec{}, "--seed", "1234", "--simulate-crash=false", "--fault", "libvirt-error=at=define")
-			drawn = append(drawn, r.Next(10*time.Second).Details["qemuTimeout"])
+			drawn = append(drawn, r.Next(10 * time.Second).Details["qemuTimeout"])
 			Expect(r.Exit(20 * time.Second)).To(Equal(11))
 		}
 		Expect(drawn[0]).To(Equal(drawn[1]))
@@ -99,7 +99,7 @@ var _ = Describe("a VM's lifecycle", func() {
 		r.Signal(syscall.SIGKILL)
 		Expect(r.Exit(10 * time.Second)).To(Equal(-1))
 		killedAt := time.Now()
-		Eventually(func() []int { return qemu.FindQEMU(r.Domain, "") }).WithTimeout(3*time.Second).WithPolling(20*time.Millisecond).Should(BeEmpty())
+		Eventually(func() []int { return qemu.FindQEMU(r.Domain, "") }).WithTimeout(3 * time.Second).WithPolling(20 * time.Millisecond).Should(BeEmpty())
 		GinkgoWriter.Printf("QEMU gone %v after the launcher's SIGKILL\n", time.Since(killedAt))
 		Eventually(r.RuntimeEntries).WithTimeout(3 * time.Second).Should(BeEmpty())
 	})
@@ -159,7 +159,9 @@ var _ = Describe("bad input", func() {
 			s = s[:strings.Index(s, "    firmware:")] + "    devices: {}\n"
 			return []string{write("noboot.yaml", s)}
 		}, 5, "noboot.yaml", "spec.domain.firmware.kernelBoot", "nothing to boot"),
-		Entry("an unknown image", func() []string { return []string{edit("image: localhost/crashloop/test-guest:latest", "image: quay.io/nope:1")} }, 5,
+		Entry("an unknown image", func() []string {
+			return []string{edit("image: localhost/crashloop/test-guest:latest", "image: quay.io/nope:1")}
+		}, 5,
 			`unknown image "quay.io/nope:1"`, "localhost/crashloop/test-guest:latest"),
 		Entry("an unsupported field", func() []string {
 			return []string{edit("  volumes:", "  networks:\n    - name: default\n      pod: {}\n  volumes:")}

@@ -1,0 +1,228 @@
+package controller_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/crashloop-harness/crashloop/pkg/controller"
+)
+
+// BenchmarkCrashLoop1000 runs many VMs (1000 by default) crash-looping
+// through real `virt-launcher --simulate-crash` processes under one real
+// virt-controller at a compressed time scale, and prints a table: the
+// controller's CPU time and RSS, and how late retries fire against their
+// planned time. Run it alone:
+//
+//	go test ./functests/controller -run '^$' -bench CrashLoop1000 -benchtime 1x -timeout 30m
+//
+// CRASHLOOP_BENCH_VMS, CRASHLOOP_BENCH_SCALE (default 0.2) and
+// CRASHLOOP_BENCH_DURATION (default 60s) change the run; CRASHLOOP_BENCH_FSYNC=false
+// turns off fsync of state saves.
+func BenchmarkCrashLoop1000(b *testing.B) {
+	vms := envInt("CRASHLOOP_BENCH_VMS", 1000)
+	scale := envString("CRASHLOOP_BENCH_SCALE", "0.2")
+	duration, err := time.ParseDuration(envString("CRASHLOOP_BENCH_DURATION", "60s"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	fsync := envString("CRASHLOOP_BENCH_FSYNC", "true")
+	binDir := b.TempDir()
+	if err := buildBinaries(repoRoot(), binDir); err != nil {
+		b.Fatal(err)
+	}
+	for range b.N {
+		r, err := runBench(binDir, b.TempDir(), vms, scale, fsync, duration)
+		if err != nil {
+			b.Fatal(err)
+		}
+		fmt.Print(r.table())
+		b.ReportMetric(r.cpuSeconds, "ctrl-cpu-s")
+		b.ReportMetric(r.rssPeakMB, "ctrl-rss-peak-MB")
+		b.ReportMetric(float64(r.decision.p99)/1e6, "late-p99-ms")
+	}
+}
+
+// benchResult is what one run measured.
+type benchResult struct {
+	vms                     int
+	scale, fsync            string
+	duration                time.Duration
+	launches, retries, fail int
+	cpuSeconds, rssPeakMB   float64
+	rssEndMB                float64
+	threadsPeak             int
+	decision, reported      percentiles
+}
+
+type percentiles struct{ p50, p90, p99, max time.Duration }
+
+func (r benchResult) table() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n| VMs | time scale | fsync | run | launches | retries measured | exits | controller CPU | CPU share of one core | RSS peak | RSS end | threads peak |\n")
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| %d | %s | %s | %s | %d | %d | %d | %.1f s | %.0f%% | %.1f MB | %.1f MB | %d |\n\n",
+		r.vms, r.scale, r.fsync, r.duration, r.launches, r.retries, r.fail, r.cpuSeconds,
+		100*r.cpuSeconds/r.duration.Seconds(), r.rssPeakMB, r.rssEndMB, r.threadsPeak)
+	fmt.Fprintf(&b, "| retry lateness vs planned time | p50 | p90 | p99 | max |\n|---|---|---|---|---|\n")
+	for _, row := range []struct {
+		name string
+		p    percentiles
+	}{{"timer fired -> launch decided (latenessNs)", r.decision}, {"-> launcher started, state saved, event out", r.reported}} {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", row.name, ms(row.p.p50), ms(row.p.p90), ms(row.p.p99), ms(row.p.max))
+	}
+	return b.String()
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }
+
+func runBench(binDir, dir string, vms int, scale, fsync string, duration time.Duration) (benchResult, error) {
+	r := benchResult{vms: vms, scale: scale, fsync: fsync, duration: duration}
+	var docs []string
+	for i := range vms {
+		docs = append(docs, vmSpec{name: fmt.Sprintf("vm-%04d", i), strategy: "Always"}.manifest())
+	}
+	manifest := filepath.Join(dir, "vms.yaml")
+	if err := os.WriteFile(manifest, []byte(strings.Join(docs, "---\n")), 0o644); err != nil {
+		return r, err
+	}
+	out, err := os.Create(filepath.Join(dir, "events.jsonl"))
+	if err != nil {
+		return r, err
+	}
+	defer out.Close()
+	errf, err := os.Create(filepath.Join(dir, "controller.stderr"))
+	if err != nil {
+		return r, err
+	}
+	defer errf.Close()
+	cmd := exec.Command(filepath.Join(binDir, "virt-controller"), "run", "-o", "json",
+		"--state-dir", filepath.Join(dir, "state"), "--seed", "1", "--time-scale", scale, "--fsync="+fsync,
+		"--launcher", filepath.Join(binDir, "virt-launcher"), "--launcher-arg=--simulate-crash", manifest)
+	cmd.Stdout, cmd.Stderr = out, errf
+	if err := cmd.Start(); err != nil {
+		return r, err
+	}
+	pid := cmd.Process.Pid
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	end := time.Now().Add(duration)
+	for time.Now().Before(end) {
+		select {
+		case err := <-done:
+			return r, fmt.Errorf("controller exited early: %v (see %s)", err, errf.Name())
+		case <-time.After(250 * time.Millisecond):
+		}
+		if rss, hwm, threads, err := procMem(pid); err == nil {
+			r.rssPeakMB = max(r.rssPeakMB, hwm, rss)
+			r.rssEndMB = rss
+			r.threadsPeak = max(r.threadsPeak, threads)
+		}
+		if cpu, err := procCPU(pid); err == nil {
+			r.cpuSeconds = cpu
+		}
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+	var decision, reported []time.Duration
+	f, err := os.Open(out.Name())
+	if err != nil {
+		return r, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var e controller.Event
+		if json.Unmarshal(sc.Bytes(), &e) != nil {
+			continue
+		}
+		switch e.Event {
+		case "Started":
+			r.launches++
+			if e.LatenessNs != nil && e.PlannedAt != nil && !e.Time.After(end) {
+				r.retries++
+				decision = append(decision, time.Duration(*e.LatenessNs))
+				reported = append(reported, e.Time.Sub(*e.PlannedAt))
+			}
+		case "Exited":
+			r.fail++
+		}
+	}
+	r.decision, r.reported = pct(decision), pct(reported)
+	return r, nil
+}
+
+func pct(ds []time.Duration) percentiles {
+	if len(ds) == 0 {
+		return percentiles{}
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	at := func(q float64) time.Duration { return ds[min(len(ds)-1, int(q*float64(len(ds))))] }
+	return percentiles{p50: at(0.50), p90: at(0.90), p99: at(0.99), max: ds[len(ds)-1]}
+}
+
+// procCPU is the process's own user+system CPU time (not its children's).
+func procCPU(pid int) (float64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return (utime + stime) / 100, nil // USER_HZ is 100 on Linux
+}
+
+// procMem reads VmRSS, VmHWM (MB) and the thread count.
+func procMem(pid int) (rss, hwm float64, threads int, err error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		fs := strings.Fields(v)
+		if len(fs) == 0 {
+			continue
+		}
+		n, _ := strconv.ParseFloat(fs[0], 64)
+		switch k {
+		case "VmRSS":
+			rss = n / 1024
+		case "VmHWM":
+			hwm = n / 1024
+		case "Threads":
+			threads = int(n)
+		}
+	}
+	return rss, hwm, threads, nil
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func envString(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
