@@ -1,0 +1,233 @@
+package launcher_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/crashloop-harness/crashloop/pkg/faults"
+	"github.com/crashloop-harness/crashloop/pkg/launcher"
+)
+
+// covered lists the catalog faults that this file exercises; a spec
+// checks it against the catalog so that a new fault needs a test.
+var covered = []string{"launcher-crash", "libvirt-error", "qemu-hang", "qemu-slow-start", "qemu-kill",
+	"qemu-bad-config", "guest-panic", "guest-poweroff", "guest-noready", "disk-io-error"}
+
+// expectFinal checks the final event and the exit code.
+func expectFinal(r *Run, phase, reason string, code int) launcher.Event {
+	name := launcher.EventFailed
+	if phase == launcher.PhaseSucceeded {
+		name = launcher.EventSucceeded
+	}
+	end := r.WaitFor(name, 90*time.Second)
+	p, rs, c := final(end)
+	Expect([]any{p, rs, c}).To(Equal([]any{phase, reason, code}), "final event: %+v", end)
+	Expect(r.Exit(20 * time.Second)).To(Equal(code))
+	return end
+}
+
+func fired(r *Run, fault string) launcher.Event {
+	for _, e := range r.Events() {
+		if e.Event == launcher.EventFaultFired && e.Fault == fault {
+			return e
+		}
+	}
+	Fail("no FaultFired event for " + fault)
+	return launcher.Event{}
+}
+
+var _ = Describe("the fault catalog", func() {
+	It("has a functional test for every fault", func() {
+		names := faults.Names()
+		sort.Strings(names)
+		got := slices.Clone(covered)
+		sort.Strings(got)
+		Expect(got).To(Equal(names))
+	})
+
+	DescribeTable("launcher-crash kills the launcher for real at its point and leaves nothing behind",
+		func(at string, wait string) {
+			r := Start(VMISpec{}, "--fault", "launcher-crash=at="+at)
+			if wait != "" {
+				r.WaitFor(wait, 60*time.Second)
+			}
+			Expect(r.Exit(60 * time.Second)).To(Equal(2))
+			_, failed := r.Find(launcher.EventFailed)
+			_, succeeded := r.Find(launcher.EventSucceeded)
+			Expect(failed || succeeded).To(BeFalse(), "a crashed launcher writes no final event")
+			Expect(fired(r, "launcher-crash").Details["at"]).To(Equal(at))
+			Expect(r.stderr.String()).To(ContainSubstring("Simulated virt-launcher crash"))
+			Eventually(r.RuntimeEntries).WithTimeout(5*time.Second).Should(BeEmpty(), "the reaper removes the libvirt state")
+		},
+		Entry("before libvirt", "before-libvirt", ""),
+		Entry("before define", "before-define", ""),
+		Entry("before start", "before-start", ""),
+		Entry("after Running (QEMU is left to the reaper)", "after-running", launcher.EventRunning),
+	)
+
+	DescribeTable("libvirt-error fails the libvirt call",
+		func(at string) {
+			r := Start(VMISpec{}, "--fault", "libvirt-error=at="+at)
+			end := expectFinal(r, "Failed", "LibvirtError", 11)
+			Expect(end.Message).To(ContainSubstring("injected libvirt error"))
+			_, ran := r.Find(launcher.EventRunning)
+			Expect(ran).To(BeFalse())
+		},
+		Entry("at define", "define"),
+		Entry("at start", "start"),
+	)
+
+	It("qemu-hang: QEMU stays paused until the start timeout", func() {
+		r := Start(VMISpec{}, "--qemu-timeout", "2s", "--qemu-timeout-jitter", "0s", "--fault", "qemu-hang")
+		end := expectFinal(r, "Failed", "QemuStartTimeout", 10)
+		sched, _ := r.Find(launcher.EventScheduled)
+		Expect(end.Time.Sub(sched.Time)).To(BeNumerically(">=", 2*time.Second))
+		fired(r, "qemu-hang")
+	})
+
+	It("qemu-slow-start inside the timeout: Running after the delay", func() {
+		r := Start(VMISpec{KernelArgs: "harness.poweroff=0"}, "--qemu-timeout", "30s", "--fault", "qemu-slow-start=after=2s")
+		sched := r.Next(10 * time.Second)
+		running := r.WaitFor(launcher.EventRunning, 30*time.Second)
+		Expect(running.Time.Sub(sched.Time)).To(BeNumerically(">=", 2*time.Second))
+		expectFinal(r, "Succeeded", "GuestShutdown", 0)
+	})
+
+	It("qemu-slow-start outside the timeout: QemuStartTimeout", func() {
+		r := Start(VMISpec{}, "--qemu-timeout", "2s", "--qemu-timeout-jitter", "0s", "--fault", "qemu-slow-start=after=30s")
+		expectFinal(r, "Failed", "QemuStartTimeout", 10)
+	})
+
+	It("qemu-kill before Running: QemuFailed, exit 12", func() {
+		r := Start(VMISpec{}, "--qemu-timeout", "60s", "--fault", "qemu-hang", "--fault", "qemu-kill=after=1s")
+		end := expectFinal(r, "Failed", "QemuFailed", 12)
+		Expect(end.Message).To(ContainSubstring("killed by SIGKILL before the domain was running"))
+	})
+
+	DescribeTable("qemu-kill after Running: VMCrashed, exit 13",
+		func(signal string) {
+			r := Start(VMISpec{}, "--fault", "qemu-kill=after=2s,signal="+signal)
+			r.WaitFor(launcher.EventRunning, 60*time.Second)
+			end := expectFinal(r, "Failed", "VMCrashed", 13)
+			Expect(end.Message).To(ContainSubstring("killed by " + signal + " after the domain was running"))
+			kill := fired(r, "qemu-kill")
+			Expect(end.Time.Sub(kill.Time)).To(BeNumerically("<", 2*time.Second), "QEMU's death noticed late")
+		},
+		Entry("SIGKILL", "SIGKILL"),
+		Entry("SIGTERM", "SIGTERM"),
+		Entry("SIGSEGV", "SIGSEGV"),
+	)
+
+	It("qemu-bad-config: QEMU refuses a kernel that does not exist", func() {
+		r := Start(VMISpec{}, "--fault", "qemu-bad-config")
+		end := expectFinal(r, "Failed", "QemuFailed", 12)
+		Expect(end.Message).To(ContainSubstring(faults.BadKernelPath))
+	})
+
+	It("guest-panic: the guest kernel panics, pvpanic tells libvirt", func() {
+		r := Start(VMISpec{}, "--fault", "guest-panic=after=1s")
+		r.WaitFor(launcher.EventGuestReady, 90*time.Second)
+		expectFinal(r, "Failed", "GuestPanicked", 13)
+		r.ConsoleHas("HARNESS-PANIC-NOW", time.Second)
+		r.ConsoleHas("Kernel panic", time.Second)
+	})
+
+	It("guest-poweroff: the guest powers itself off", func() {
+		r := Start(VMISpec{}, "--fault", "guest-poweroff=after=1s")
+		r.WaitFor(launcher.EventGuestReady, 90*time.Second)
+		expectFinal(r, "Succeeded", "GuestShutdown", 0)
+		r.ConsoleHas("HARNESS-POWEROFF-NOW", time.Second)
+	})
+
+	It("guest-noready: Running, but the guest never reports ready", func() {
+		r := Start(VMISpec{}, "--fault", "guest-noready")
+		r.WaitFor(launcher.EventRunning, 60*time.Second)
+		r.ConsoleHas("HARNESS-GUEST-NOREADY", 90*time.Second)
+		r.Signal(syscall.SIGTERM)
+		expectFinal(r, "Succeeded", "Stopped", 0)
+		_, ready := r.Find(launcher.EventGuestReady)
+		Expect(ready).To(BeFalse())
+	})
+
+	It("disk-io-error: the guest sees EIO on its disk", func() {
+		r := Start(VMISpec{}, "--fault", "disk-io-error=disk=data", "--fault", "guest-poweroff=after=1s")
+		r.WaitFor(launcher.EventGuestReady, 90*time.Second)
+		expectFinal(r, "Succeeded", "GuestShutdown", 0)
+		r.ConsoleHas("HARNESS-DISK-READ-ERROR", time.Second)
+		r.ConsoleHas("I/O error", time.Second)
+		Expect(fired(r, "disk-io-error").Details["device"]).To(Equal("vda"))
+	})
+
+	It("a disk without the fault reads fine (the control for disk-io-error)", func() {
+		r := Start(VMISpec{KernelArgs: "harness.readdisk harness.poweroff=0"})
+		expectFinal(r, "Succeeded", "GuestShutdown", 0)
+		r.ConsoleHas("HARNESS-DISK-READ-OK", time.Second)
+		sched, _ := r.Find(launcher.EventScheduled)
+		Expect(sched.Details["faults"]).To(BeEmpty(), "a VMI that asked for no fault gets none")
+	})
+
+	It("a count-limited annotation fires on the first N attempts only", func() {
+		var codes []int
+		for attempt := 1; attempt <= 3; attempt++ {
+			r := Start(VMISpec{Annotations: map[string]string{"faults.crashloop.dev/libvirt-error": "2*at=define"}, KernelArgs: "harness.poweroff=0"},
+				"--attempt", string(rune('0'+attempt)), "--seed", "99")
+			codes = append(codes, r.Exit(90*time.Second))
+		}
+		Expect(codes).To(Equal([]int{11, 11, 0}))
+	})
+})
+
+var _ = Describe("--simulate-crash", func() {
+	var dir string
+	BeforeEach(func() {
+		var err error
+		dir, err = os.MkdirTemp("", "cl-sim-")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(os.RemoveAll, dir)
+	})
+
+	crash := func(args ...string) (int, string, time.Duration) {
+		runtime := filepath.Join(dir, "run")
+		cmd := exec.Command(launcherBin(), append([]string{"--runtime-dir", runtime, "--image-dir", filepath.Join(repoRoot(), "_build", "images")}, args...)...)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		start := time.Now()
+		err := cmd.Run()
+		took := time.Since(start)
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+		_, statErr := os.Stat(runtime)
+		Expect(os.IsNotExist(statErr)).To(BeTrue(), "a simulated crash creates no libvirt state")
+		return code, stderr.String(), took
+	}
+
+	It("panics with exit code 2 before libvirt, from the flag and from KubeVirt's annotation, fast", func() {
+		plain := writeVMI(dir, VMISpec{Name: "plain"})
+		annotated := writeVMI(dir, VMISpec{Name: "annotated", Annotations: map[string]string{faults.FailFastAnnotation: ""}})
+		var times []time.Duration
+		for i := 0; i < 10; i++ {
+			for _, args := range [][]string{{"--simulate-crash", plain}, {annotated}} {
+				code, stderr, took := crash(args...)
+				Expect(code).To(Equal(2))
+				Expect(stderr).To(ContainSubstring("panic: Simulated virt-launcher crash"))
+				times = append(times, took)
+			}
+		}
+		slices.Sort(times)
+		median := times[len(times)/2]
+		AddReportEntry("simulate-crash exec-to-exit median", median.String())
+		GinkgoWriter.Printf("--simulate-crash exec-to-exit: median %v, min %v, max %v over %d runs\n", median, times[0], times[len(times)-1], len(times))
+		Expect(median).To(BeNumerically("<", 500*time.Millisecond))
+	})
+})
