@@ -30,7 +30,7 @@ type runFlags struct {
 	seed                                         uint64
 	maxDelay, giveUpWindow, countRunningWithin   time.Duration
 	qemuTimeout, qemuJitter, watchInterval       time.Duration
-	giveUpAfter                                  int
+	giveUpAfter, launcherNice                    int
 	fsync, leaveRunning                          bool
 }
 
@@ -39,6 +39,7 @@ func runController(args []string) error {
 	fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
 	fs.StringVar(&f.stateDir, "state-dir", defaultStateDir(), "state folder (VM status, launcher folders, control socket)")
 	fs.StringVar(&f.launcher, "launcher", "", "virt-launcher binary (default: next to virt-controller, then $PATH)")
+	fs.IntVar(&f.launcherNice, "launcher-nice", 10, "run launchers at this nice value (0: the controller's own), so crash-looping launchers cannot starve the controller's timers")
 	fs.StringArrayVar(&f.launcherArgs, "launcher-arg", nil, "extra flag for every virt-launcher, e.g. --launcher-arg=--image-dir=DIR (repeatable)")
 	fs.StringVarP(&f.output, "output", "o", "auto", "auto (live view on a terminal, JSON lines otherwise), live or json")
 	fs.Float64Var(&f.timeScale, "time-scale", 1, "multiply every controller-side duration (backoff, QEMU timeout, grace period) by this")
@@ -142,6 +143,9 @@ func (f runFlags) config() (controller.Config, error) {
 		policy.CountRunningFailuresWithin = f.countRunningWithin
 	}
 	policy.Scale = f.timeScale
+	if f.launcherNice < 0 || f.launcherNice > 19 {
+		return cfg, fmt.Errorf("--launcher-nice %d: allowed values are 0 to 19", f.launcherNice)
+	}
 	if f.qemuTimeout <= 0 {
 		return cfg, fmt.Errorf("--qemu-timeout %s: must be positive", f.qemuTimeout)
 	}
@@ -166,7 +170,7 @@ func (f runFlags) config() (controller.Config, error) {
 	var logOut io.Writer = os.Stderr
 	cfg = controller.Config{
 		StateDir: f.stateDir, Fsync: f.fsync, Policy: policy, Seed: seed,
-		Launcher:    controller.LauncherOptions{Path: launcher, Args: f.launcherArgs},
+		Launcher:    controller.LauncherOptions{Path: launcher, Args: f.launcherArgs, Nice: f.launcherNice},
 		QEMUTimeout: f.qemuTimeout, QEMUTimeoutJitter: jitter,
 		WatchInterval: f.watchInterval, StopOnExit: !f.leaveRunning,
 		Logger: slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level})),

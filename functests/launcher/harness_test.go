@@ -288,4 +288,3 @@ func detailSeconds(ev launcher.Event, key string) float64 {
 	Expect(ok).To(BeTrue(), "event %s has no numeric %s: %v", ev.Event, key, ev.Details)
 	return v
 }
-

@@ -31,6 +31,12 @@ type LauncherOptions struct {
 	// PollInterval is how often a live launcher's events file and process
 	// are checked; zero means 50 ms.
 	PollInterval time.Duration
+	// Nice, when positive, runs launchers at this lower CPU priority
+	// (through nice(1), so every thread of the launcher has it from its
+	// first instruction), the way a node keeps pods below its system
+	// daemons: a crowd of crash-looping launchers then cannot starve the
+	// controller's timers.
+	Nice int
 }
 
 func (o LauncherOptions) poll() time.Duration {
@@ -155,6 +161,11 @@ func startLauncher(o LauncherOptions, r launchRequest) (*LauncherRef, *exec.Cmd,
 	}
 	defer stderr.Close()
 	cmd := exec.Command(o.Path, launcherArgs(o, r, manifest)...)
+	if o.Nice > 0 {
+		if nice, err := exec.LookPath("nice"); err == nil {
+			cmd = exec.Command(nice, append([]string{"-n", strconv.Itoa(o.Nice), "--", o.Path}, launcherArgs(o, r, manifest)...)...)
+		}
+	}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.Env = append(os.Environ(), o.Env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -185,7 +185,7 @@ func (s *Store) Encode(rec *Record) ([]byte, error) {
 	} else {
 		rec.RetryAfter = nil
 	}
-	data, err := json.MarshalIndent(rec, "", "  ")
+	data, err := json.Marshal(rec)
 	if err != nil {
 		return nil, fmt.Errorf("encoding state of VM %s: %w", KeyOf(rec.VM), err)
 	}

