@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"os"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -599,7 +598,7 @@ func (w *worker) persist() {
 	if err == nil && bytes.Equal(data, w.saved) {
 		return
 	}
-	if err == nil && os.Getenv("ZZNOPERSIST") == "" {
+	if err == nil {
 		err = w.c.store.Write(w.key, data)
 	}
 	if err != nil {
