@@ -55,6 +55,7 @@ type options struct {
 	eventFormat   string
 	logLevel      string
 	simulateCrash bool
+	dryRun        bool
 	faults        []string
 }
 
@@ -77,6 +78,7 @@ func newFlagSet(o *options, stderr io.Writer) *pflag.FlagSet {
 	fs.StringVar(&o.eventFormat, "event-format", "json", "event stream format on stdout: json (one object per line) or text (for people)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level on stderr: debug, info, warn, error")
 	fs.BoolVar(&o.simulateCrash, "simulate-crash", false, "panic at once, before libvirt or QEMU (KubeVirt's crash-loop test hook)")
+	fs.BoolVar(&o.dryRun, "dry-run", false, "print the libvirt domain XML (faults applied) to stdout and exit without starting anything")
 	fs.StringArrayVar(&o.faults, "fault", nil, "inject a fault: NAME[=TERM] (repeatable; see the fault table in the README)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: virt-launcher [flags] VMI.yaml\n\nBoots one KubeVirt VirtualMachineInstance (YAML or JSON file, - for stdin) through libvirt.\n\nFlags:\n%s", fs.FlagUsages())
@@ -290,6 +292,18 @@ func launch(ctx context.Context, o *options, vmi *v1.VirtualMachineInstance, pla
 		}
 		fmt.Fprintf(os.Stderr, "virt-launcher: %s: %v\n", input, err)
 		return launcher.ExitInvalidManifest
+	}
+	if o.dryRun {
+		if sess.Root != "" {
+			defer os.RemoveAll(sess.Root)
+		}
+		xml, err := dom.Marshal()
+		if err != nil {
+			log.Error("rendering domain XML", "err", err)
+			return launcher.ExitInternal
+		}
+		fmt.Fprintln(stdout, xml)
+		return launcher.ExitSucceeded
 	}
 	exe, err := os.Executable()
 	if err != nil {

@@ -131,6 +131,10 @@ var _ = Describe("the fault catalog", func() {
 		r := Start(VMISpec{}, "--fault", "qemu-bad-config")
 		end := expectFinal(r, "Failed", "QemuFailed", 12)
 		Expect(end.Message).To(ContainSubstring(faults.BadKernelPath))
+		sched, _ := r.Find(launcher.EventScheduled)
+		// A QEMU that exits at once must be seen at once (a zombie left
+		// unreaped once made libvirt wait 80 s here).
+		Expect(end.Time.Sub(sched.Time)).To(BeNumerically("<", 10*time.Second))
 	})
 
 	It("guest-panic: the guest kernel panics, pvpanic tells libvirt", func() {

@@ -265,6 +265,13 @@ func (l *launch) run(ctx context.Context) (res Result) {
 	if inj.StartDelay > 0 {
 		clk.Sleep(inj.StartDelay)
 	}
+	// QEMU is daemonized; as a child subreaper (set by the command) this
+	// process inherits it. Reaping it the moment it exits lets libvirt see
+	// it gone: a zombie counts as alive, and libvirt would wait for it
+	// (80 s for a QEMU that refuses its configuration during start).
+	reapCtx, stopReaping := context.WithCancel(context.Background())
+	defer stopReaping()
+	go l.reapQEMU(reapCtx)
 	l.startAt = clk.Now()
 	if err := dom.Start(inj.StartPaused); err != nil {
 		if l.isQemuError(err) {
@@ -273,12 +280,6 @@ func (l *launch) run(ctx context.Context) (res Result) {
 		return failed(ExitLibvirtError, ReasonLibvirtError, "%v", err)
 	}
 
-	// QEMU is daemonized; as a child subreaper (set by the command) this
-	// process inherits it, and reaping it at once lets libvirt see it gone
-	// without waiting for PID 1 to reap the zombie.
-	if pid, err := dom.PID(); err == nil {
-		go reapChild(pid)
-	}
 	var resume, kill <-chan time.Time
 	if inj.StartPaused && inj.ResumeAfter > 0 {
 		t := clk.NewTimer(inj.ResumeAfter)
@@ -427,4 +428,27 @@ func unixSignalName(s syscall.Signal) string {
 		}
 	}
 	return s.String()
+}
+
+// reapQEMU waits for QEMU's pid to appear, then reaps QEMU when it exits.
+func (l *launch) reapQEMU(ctx context.Context) {
+	const poll = 5 * time.Millisecond
+	for ctx.Err() == nil {
+		pid, err := l.dom.PID()
+		if err != nil {
+			l.cfg.Clock.Sleep(poll)
+			continue
+		}
+		for ctx.Err() == nil {
+			if reapChild(pid) {
+				return
+			}
+			// Not our child yet (libvirt's intermediate process has not
+			// exited), or already gone.
+			if syscall.Kill(pid, 0) != nil {
+				return
+			}
+			l.cfg.Clock.Sleep(poll)
+		}
+	}
 }

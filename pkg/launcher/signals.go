@@ -17,10 +17,12 @@ func BecomeSubreaper() error {
 	return nil
 }
 
-// reapChild waits for pid if it is (or becomes) a child of this process.
-func reapChild(pid int) {
+// reapChild waits for pid to exit if it is a child of this process, and
+// tells whether it was.
+func reapChild(pid int) bool {
 	var ws syscall.WaitStatus
-	_, _ = syscall.Wait4(pid, &ws, 0, nil)
+	_, err := syscall.Wait4(pid, &ws, 0, nil)
+	return err == nil
 }
 
 func ignoreStopSignals() {

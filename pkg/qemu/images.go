@@ -25,6 +25,9 @@ type ImageStore struct {
 
 // OpenImageStore reads the index of an image folder.
 func OpenImageStore(dir string) (*ImageStore, error) {
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
 	path := filepath.Join(dir, ImageIndexFile)
 	data, err := os.ReadFile(path)
 	if err != nil {
