@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"k8s.io/apimachinery/pkg/api/resource"
 	k8sv1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	v1 "kubevirt.io/api/core/v1"
 	"libvirt.org/go/libvirtxml"
 )
@@ -227,7 +227,7 @@ func TestCheckSupported(t *testing.T) {
 	ok := map[string]any{
 		"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
 		"metadata": map[string]any{"name": "a", "annotations": map[string]any{"x": "y"}},
-		"spec": map[string]any{"domain": map[string]any{"devices": map[string]any{"disks": []any{map[string]any{"name": "d", "disk": map[string]any{"bus": "virtio"}}}, "interfaces": []any{}}}},
+		"spec":     map[string]any{"domain": map[string]any{"devices": map[string]any{"disks": []any{map[string]any{"name": "d", "disk": map[string]any{"bus": "virtio"}}}, "interfaces": []any{}}}},
 	}
 	if err := CheckSupported(ok); err != nil {
 		t.Fatalf("CheckSupported(ok) = %v", err)
