@@ -328,13 +328,3 @@ func (d *Definition) paramNames() []string {
 	}
 	return names
 }
-
-// hasAfter reports whether d has an `after` parameter that delay adds to.
-func (d *Definition) hasAfter() bool {
-	for _, p := range d.Params {
-		if p.Name == "after" {
-			return true
-		}
-	}
-	return false
-}
