@@ -235,6 +235,7 @@ func launch(ctx context.Context, o *options, vmi *v1.VirtualMachineInstance, pla
 	if consoleLog == "" {
 		consoleLog = filepath.Join("/var/log/crashloop", fmt.Sprintf("%s_%s_%s.console.log", vmi.Namespace, vmi.Name, vmi.UID))
 	}
+	libvirtLog := strings.TrimSuffix(consoleLog, ".log") + ".libvirt.log"
 	if err := os.MkdirAll(filepath.Dir(consoleLog), 0o755); err != nil {
 		fmt.Fprintf(os.Stderr, "virt-launcher: --console-log: %v\n", err)
 		return launcher.ExitUsage
@@ -328,6 +329,7 @@ func launch(ctx context.Context, o *options, vmi *v1.VirtualMachineInstance, pla
 		"accelReason":        why,
 		"libvirt":            libvirtMode,
 		"consoleLog":         consoleLog,
+		"libvirtLog":         libvirtLog,
 		"gracePeriod":        grace.String(),
 		"faultPlan":          plan.Summary(),
 		"faults":             decisions.Summary(),
@@ -340,6 +342,12 @@ func launch(ctx context.Context, o *options, vmi *v1.VirtualMachineInstance, pla
 	defer stop()
 	loopCtx, stopLoop := context.WithCancel(context.Background())
 	defer stopLoop()
+	// libvirt logs to stderr by default, including harmless errors of the
+	// embedded driver; keep its log beside the console log instead, unless
+	// the user routed it already.
+	if os.Getenv("LIBVIRT_LOG_OUTPUTS") == "" {
+		os.Setenv("LIBVIRT_LOG_OUTPUTS", "3:file:"+libvirtLog)
+	}
 	if err := launcher.BecomeSubreaper(); err != nil {
 		log.Warn("QEMU's exit may be noticed late", "err", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"text/template"
 	"time"
@@ -177,6 +178,9 @@ func Start(spec VMISpec, flags ...string) *Run {
 			GinkgoWriter.Printf("launcher stderr:\n%s\n", r.stderr.String())
 			if c, err := os.ReadFile(r.Console); err == nil {
 				GinkgoWriter.Printf("console:\n%s\n", c)
+			}
+			if c, err := os.ReadFile(strings.TrimSuffix(r.Console, ".log") + ".libvirt.log"); err == nil {
+				GinkgoWriter.Printf("libvirt log:\n%s\n", c)
 			}
 		}
 		os.RemoveAll(r.Dir)
