@@ -255,11 +255,21 @@ func watchLauncher(ctx context.Context, clk clock.WithTicker, poll time.Duration
 	if cmd != nil {
 		go func() { waitErr = cmd.Wait(); close(done) }()
 	}
-	tick := clk.NewTicker(poll)
-	defer tick.Stop()
+	// Poll the events file at poll while it grows, backing off to 8x poll
+	// while it is quiet: a thousand idle launchers must not keep the
+	// controller busy. A child's exit is seen at once through Wait.
+	interval := poll
+	timer := clk.NewTimer(interval)
+	defer timer.Stop()
 	for {
-		if evs := er.read(); len(evs) > 0 && !send(launcherUpdate{uid: ref.UID, events: evs}) {
+		evs := er.read()
+		if len(evs) > 0 && !send(launcherUpdate{uid: ref.UID, events: evs}) {
 			return
+		}
+		if len(evs) > 0 {
+			interval = poll
+		} else {
+			interval = min(interval*2, 8*poll)
 		}
 		exited := false
 		select {
@@ -267,8 +277,9 @@ func watchLauncher(ctx context.Context, clk clock.WithTicker, poll time.Duration
 			return
 		case <-done:
 			exited = true
-		case <-tick.C():
+		case <-timer.C():
 			exited = cmd == nil && !ref.Alive()
+			timer.Reset(interval)
 		}
 		if !exited {
 			continue

@@ -33,7 +33,7 @@ func TestStoreKeepsExactRetryTime(t *testing.T) {
 	}
 	// The status keeps KubeVirt's shape (whole seconds) on disk.
 	data, _ := os.ReadFile(filepath.Join(s.Dir(), "vms", "default_a.json"))
-	if !strings.Contains(string(data), `"retryAfterTimestamp": "2025-01-02T03:04:05Z"`) {
+	if !strings.Contains(string(data), `"retryAfterTimestamp":"2025-01-02T03:04:05Z"`) {
 		t.Errorf("status not in KubeVirt's shape:\n%s", data)
 	}
 	if keys, _ := s.List(); len(keys) != 1 || keys[0] != (Key{"default", "a"}) {
