@@ -60,7 +60,7 @@ functest: build images
 	@set -e; for suite in $$(ls -d functests/*/ | sed 's:/$$::'); do \
 		name=$$(basename $$suite); \
 		echo "=== functional suite $$name"; \
-		$(GO) test -count=1 -timeout 40m ./$$suite -args -ginkgo.v -ginkgo.no-color \
+		$(GO) test -v -count=1 -timeout 40m ./$$suite -args -ginkgo.v -ginkgo.no-color \
 			-ginkgo.junit-report=$(CURDIR)/$(BUILD)/junit/$$name.xml $(FUNCTEST_FLAGS); \
 	done
 
