@@ -121,7 +121,7 @@ var _ = Describe("KubeVirt's crash-loop backoff on a real cluster", func() {
 			})
 			rec := &recorder{vm: vm, attempts: map[types.UID]cluster.Attempt{}}
 			By("crash looping to a failure count of 3")
-			Eventually(func() int { return failCount(rec.poll(ctx)) }).WithTimeout(6*time.Minute).WithPolling(500*time.Millisecond).Should(BeNumerically(">=", 3))
+			Eventually(func() int { return failCount(rec.poll(ctx)) }).WithTimeout(6 * time.Minute).WithPolling(500 * time.Millisecond).Should(BeNumerically(">=", 3))
 			Expect(rec.poll(ctx).Status.PrintableStatus).To(Equal(v1.VirtualMachineStatusCrashLoopBackOff))
 			Expect(cluster.CheckEnvelope(cluster.Gaps(rec.list(), 1), 2*time.Second)).To(Succeed())
 
