@@ -41,7 +41,7 @@ func runController(args []string) error {
 	fs.StringVar(&f.launcher, "launcher", "", "virt-launcher binary (default: next to virt-controller, then $PATH)")
 	fs.IntVar(&f.launcherNice, "launcher-nice", 10, "run launchers at this nice value (0: the controller's own), so crash-looping launchers cannot starve the controller's timers")
 	fs.StringArrayVar(&f.launcherArgs, "launcher-arg", nil, "extra flag for every virt-launcher, e.g. --launcher-arg=--image-dir=DIR (repeatable)")
-	fs.StringVarP(&f.output, "output", "o", "auto", "auto (live view on a terminal, JSON lines otherwise), live or json")
+	fs.StringVarP(&f.output, "output", "o", "auto", "auto (live view on a terminal, JSON lines otherwise), live, json, or text (one readable line per event)")
 	fs.Float64Var(&f.timeScale, "time-scale", 1, "multiply every controller-side duration (backoff, QEMU timeout, grace period) by this")
 	fs.Uint64Var(&f.seed, "seed", 0, "seed for every random draw (0: pick one and print it)")
 	fs.StringVar(&f.preset, "backoff", "kubevirt", "backoff preset: "+strings.Join(backoff.PresetNames(), ", "))
@@ -79,6 +79,8 @@ func runController(args []string) error {
 	if f.outputMode() == "live" {
 		view = newLiveView(os.Stdout, cfg)
 		cfg.Observer = view
+	} else if f.output == "text" {
+		cfg.Observer = &textLines{w: os.Stdout}
 	} else {
 		cfg.Observer = controller.NewJSONLines(os.Stdout)
 	}
@@ -116,9 +118,9 @@ func (f runFlags) outputMode() string {
 func (f runFlags) config() (controller.Config, error) {
 	var cfg controller.Config
 	switch f.output {
-	case "auto", "live", "json":
+	case "auto", "live", "json", "text":
 	default:
-		return cfg, fmt.Errorf("--output %q: allowed values are auto, live, json", f.output)
+		return cfg, fmt.Errorf("--output %q: allowed values are auto, live, json, text", f.output)
 	}
 	if f.timeScale <= 0 {
 		return cfg, fmt.Errorf("--time-scale %g: must be greater than 0", f.timeScale)
