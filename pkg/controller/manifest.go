@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -14,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	v1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/crashloop-harness/crashloop/pkg/manifest"
 )
 
 // Manifest is one VirtualMachine read from a file.
@@ -137,12 +138,17 @@ func ParseVM(doc []byte) (*v1.VirtualMachine, error) {
 	if head.APIVersion != "kubevirt.io/v1" {
 		return nil, fmt.Errorf("field apiVersion: got %q, want \"kubevirt.io/v1\"", head.APIVersion)
 	}
-	vm := &v1.VirtualMachine{}
-	dec := json.NewDecoder(bytes.NewReader(js))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(vm); err != nil {
-		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-			return nil, fmt.Errorf("unknown field %s (misspelled, or not part of kubevirt.io/v1 VirtualMachine)", f)
+	// pkg/manifest checks every field against the kubevirt.io/api types:
+	// DisallowUnknownFields alone misses typos under the VMI template,
+	// whose spec type has its own UnmarshalJSON.
+	vm, _, err := manifest.VM(js, "VirtualMachine")
+	if err != nil {
+		var inv *manifest.InvalidError
+		if errors.As(err, &inv) {
+			if inv.Field != "" {
+				return nil, fmt.Errorf("field %s: %s", inv.Field, inv.Msg)
+			}
+			return nil, errors.New(inv.Msg)
 		}
 		return nil, fmt.Errorf("decoding VirtualMachine: %w", err)
 	}
