@@ -30,7 +30,7 @@ type runFlags struct {
 	seed                                         uint64
 	maxDelay, giveUpWindow, countRunningWithin   time.Duration
 	qemuTimeout, qemuJitter, watchInterval       time.Duration
-	giveUpAfter, launcherNice                    int
+	giveUpAfter, launcherNice, launcherWeight    int
 	fsync, leaveRunning                          bool
 }
 
@@ -39,7 +39,8 @@ func runController(args []string) error {
 	fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
 	fs.StringVar(&f.stateDir, "state-dir", defaultStateDir(), "state folder (VM status, launcher folders, control socket)")
 	fs.StringVar(&f.launcher, "launcher", "", "virt-launcher binary (default: next to virt-controller, then $PATH)")
-	fs.IntVar(&f.launcherNice, "launcher-nice", 10, "run launchers at this nice value (0: the controller's own), so crash-looping launchers cannot starve the controller's timers")
+	fs.IntVar(&f.launcherWeight, "launcher-cpu-weight", 1, "run launchers in one CPU cgroup of this cpu.weight (1-10000, the controller has 100; cgroup v1: cpu.shares weight*1024/100), so crash-looping launchers cannot delay the controller's timers yet use all idle CPU (0: no cgroup)")
+	fs.IntVar(&f.launcherNice, "launcher-nice", 0, "run launchers (and their QEMU) at this nice value (0: the controller's own); a crowd of launchers outweighs the controller whatever their nice, --launcher-cpu-weight is what keeps them apart")
 	fs.StringArrayVar(&f.launcherArgs, "launcher-arg", nil, "extra flag for every virt-launcher, e.g. --launcher-arg=--image-dir=DIR (repeatable)")
 	fs.StringVarP(&f.output, "output", "o", "auto", "auto (live view on a terminal, JSON lines otherwise), live, json, or text (one readable line per event)")
 	fs.Float64Var(&f.timeScale, "time-scale", 1, "multiply every controller-side duration (backoff, QEMU timeout, grace period) by this")
@@ -154,6 +155,9 @@ func (f runFlags) config() (controller.Config, error) {
 	jitter := f.qemuJitter
 	if jitter == 0 {
 		jitter = -1 // Config reads zero as "default"
+	if f.launcherWeight < 0 || f.launcherWeight > 10000 {
+		return cfg, fmt.Errorf("--launcher-cpu-weight %d: allowed values are 0 (no cgroup) and 1 to 10000", f.launcherWeight)
+	}
 	}
 	level := slog.LevelInfo
 	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
@@ -172,7 +176,7 @@ func (f runFlags) config() (controller.Config, error) {
 	var logOut io.Writer = os.Stderr
 	cfg = controller.Config{
 		StateDir: f.stateDir, Fsync: f.fsync, Policy: policy, Seed: seed,
-		Launcher:    controller.LauncherOptions{Path: launcher, Args: f.launcherArgs, Nice: f.launcherNice},
+		Launcher:    controller.LauncherOptions{Path: launcher, Args: f.launcherArgs, Nice: f.launcherNice, CPUWeight: f.launcherWeight},
 		QEMUTimeout: f.qemuTimeout, QEMUTimeoutJitter: jitter,
 		WatchInterval: f.watchInterval, StopOnExit: !f.leaveRunning,
 		Logger: slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level})),

@@ -27,8 +27,9 @@ import (
 //
 // CRASHLOOP_BENCH_VMS, CRASHLOOP_BENCH_SCALE (default 0.2) and
 // CRASHLOOP_BENCH_DURATION (default 60s) change the run; CRASHLOOP_BENCH_FSYNC=false
-// turns off fsync of state saves; CRASHLOOP_BENCH_LAUNCHER_NICE (default 10,
-// the controller's default) sets --launcher-nice.
+// turns off fsync of state saves; CRASHLOOP_BENCH_LAUNCHER_NICE (default 0)
+// and CRASHLOOP_BENCH_LAUNCHER_CPU_WEIGHT (default 1; 0: no cgroup), the
+// controller's defaults, set --launcher-nice and --launcher-cpu-weight.
 func BenchmarkCrashLoop1000(b *testing.B) {
 	vms := envInt("CRASHLOOP_BENCH_VMS", 1000)
 	scale := envString("CRASHLOOP_BENCH_SCALE", "0.2")
@@ -37,13 +38,14 @@ func BenchmarkCrashLoop1000(b *testing.B) {
 		b.Fatal(err)
 	}
 	fsync := envString("CRASHLOOP_BENCH_FSYNC", "true")
-	nice := envString("CRASHLOOP_BENCH_LAUNCHER_NICE", "10")
+	nice := envString("CRASHLOOP_BENCH_LAUNCHER_NICE", "0")
+	weight := envString("CRASHLOOP_BENCH_LAUNCHER_CPU_WEIGHT", "1")
 	binDir := b.TempDir()
 	if err := buildBinaries(repoRoot(), binDir); err != nil {
 		b.Fatal(err)
 	}
 	for range b.N {
-		r, err := runBench(binDir, b.TempDir(), vms, scale, fsync, nice, duration)
+		r, err := runBench(binDir, b.TempDir(), vms, scale, fsync, nice, weight, duration)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -58,6 +60,7 @@ func BenchmarkCrashLoop1000(b *testing.B) {
 type benchResult struct {
 	vms                     int
 	scale, fsync, nice      string
+	weight                  string
 	duration                time.Duration
 	launches, retries, fail int
 	cpuSeconds, rssPeakMB   float64
@@ -70,10 +73,10 @@ type percentiles struct{ p50, p90, p99, max time.Duration }
 
 func (r benchResult) table() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n| VMs | time scale | fsync | launcher nice | run | launches | retries measured | exits | controller CPU | CPU share of one core | RSS peak | RSS end | threads peak |\n")
-	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-	fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %d | %d | %d | %.1f s | %.0f%% | %.1f MB | %.1f MB | %d |\n\n",
-		r.vms, r.scale, r.fsync, r.nice, r.duration, r.launches, r.retries, r.fail, r.cpuSeconds,
+	fmt.Fprintf(&b, "\n| VMs | time scale | fsync | launcher nice | launcher CPU weight | run | launches | retries measured | exits | controller CPU | CPU share of one core | RSS peak | RSS end | threads peak |\n")
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %d | %d | %d | %.1f s | %.0f%% | %.1f MB | %.1f MB | %d |\n\n",
+		r.vms, r.scale, r.fsync, r.nice, r.weight, r.duration, r.launches, r.retries, r.fail, r.cpuSeconds,
 		100*r.cpuSeconds/r.duration.Seconds(), r.rssPeakMB, r.rssEndMB, r.threadsPeak)
 	fmt.Fprintf(&b, "| retry lateness vs planned time | p50 | p90 | p99 | max |\n|---|---|---|---|---|\n")
 	for _, row := range []struct {
@@ -87,8 +90,8 @@ func (r benchResult) table() string {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }
 
-func runBench(binDir, dir string, vms int, scale, fsync, nice string, duration time.Duration) (benchResult, error) {
-	r := benchResult{vms: vms, scale: scale, fsync: fsync, nice: nice, duration: duration}
+func runBench(binDir, dir string, vms int, scale, fsync, nice, weight string, duration time.Duration) (benchResult, error) {
+	r := benchResult{vms: vms, scale: scale, fsync: fsync, nice: nice, weight: weight, duration: duration}
 	var docs []string
 	for i := range vms {
 		docs = append(docs, vmSpec{name: fmt.Sprintf("vm-%04d", i), strategy: "Always"}.manifest())
@@ -108,7 +111,7 @@ func runBench(binDir, dir string, vms int, scale, fsync, nice string, duration t
 	}
 	defer errf.Close()
 	cmd := exec.Command(filepath.Join(binDir, "virt-controller"), "run", "-o", "json",
-		"--state-dir", filepath.Join(dir, "state"), "--seed", "1", "--time-scale", scale, "--fsync="+fsync, "--launcher-nice", nice,
+		"--state-dir", filepath.Join(dir, "state"), "--seed", "1", "--time-scale", scale, "--fsync="+fsync, "--launcher-nice", nice, "--launcher-cpu-weight", weight,
 		"--launcher", filepath.Join(binDir, "virt-launcher"), "--launcher-arg=--simulate-crash", manifest)
 	cmd.Stdout, cmd.Stderr = out, errf
 	if err := cmd.Start(); err != nil {

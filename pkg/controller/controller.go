@@ -125,6 +125,7 @@ func (c *Controller) Run(ctx context.Context, manifests []Manifest) error {
 		return err
 	}
 	defer unlock()
+	defer c.launcherCgroup()()
 	for _, m := range manifests {
 		rec, err := c.initialRecord(m)
 		if err != nil {
@@ -163,6 +164,30 @@ func (c *Controller) Run(ctx context.Context, manifests []Manifest) error {
 	srvWG.Wait()
 	c.log.Info("controller stopped")
 	return nil
+}
+
+// launcherCgroup sets up the launchers' CPU cgroup when Launcher.CPUWeight
+// asks for one, and returns what removes it. Not getting one is never
+// fatal: it is said once, and launchers run beside the controller.
+func (c *Controller) launcherCgroup() (remove func()) {
+	weight := c.cfg.Launcher.CPUWeight
+	if weight <= 0 {
+		return func() {}
+	}
+	g, err := openLauncherCgroup(launcherCgroupName(c.store.Dir()), min(weight, 10000))
+	if err != nil {
+		c.log.Warn("launchers run without a CPU cgroup, so a crowd of them can delay the controller's retries", "err", err)
+		return func() {}
+	}
+	g.warn = c.log.Warn
+	c.cfg.Launcher.cgroup = g
+	c.log.Info("launchers run in a CPU cgroup", "cgroup", g.String())
+	return func() {
+		c.cfg.Launcher.cgroup = nil
+		if err := g.Close(); err != nil {
+			c.log.Warn("launcher cgroup kept (launchers still in it; the next controller on this state folder reuses it)", "err", err)
+		}
+	}
 }
 
 // initialRecord loads m's saved record or makes a new one. A saved record

@@ -35,8 +35,20 @@ type LauncherOptions struct {
 	// (through nice(1), so every thread of the launcher has it from its
 	// first instruction), the way a node keeps pods below its system
 	// daemons: a crowd of crash-looping launchers then cannot starve the
-	// controller's timers.
+	// controller's timers. Nice alone does not achieve that (CFS weighs
+	// tasks, and a thousand nice-10 launchers outweigh the controller's
+	// threads); CPUWeight does, and QEMU inherits nice, so it is off by
+	// default.
 	Nice int
+	// CPUWeight, when positive, runs every launcher in one CPU cgroup of
+	// this cgroup v2 cpu.weight (1 to 10000, where 100 is what the
+	// controller itself has; on cgroup v1 cpu.shares = weight*1024/100,
+	// at least 2), created by Controller.Run and removed when it returns.
+	// Where no cgroup can be made (no cpu controller, no permission) the
+	// controller says so once in its log and runs launchers without one.
+	CPUWeight int
+
+	cgroup *launcherCgroup // set by Run when CPUWeight is usable
 }
 
 func (o LauncherOptions) poll() time.Duration {
@@ -169,7 +181,7 @@ func startLauncher(o LauncherOptions, r launchRequest) (*LauncherRef, *exec.Cmd,
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.Env = append(os.Environ(), o.Env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	if cmd, err = o.cgroup.start(cmd); err != nil {
 		return nil, nil, fmt.Errorf("starting %s: %w", o.Path, err)
 	}
 	ref.PID = cmd.Process.Pid
