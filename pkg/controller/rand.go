@@ -35,15 +35,20 @@ func hashKey(k Key) uint64 {
 	return h.Sum64()
 }
 
-// launcherSeed derives the --seed of one launch from the controller seed,
-// the VM and the attempt, without drawing from the VM's source.
-func launcherSeed(seed uint64, k Key, attempt int) uint64 {
-	x := seed ^ hashKey(k) ^ (uint64(attempt) * 0x9e3779b97f4a7c15)
+// launcherSeed derives the --seed of a VM's launchers from the controller
+// seed and the VM, without drawing from the VM's source. It is the same for
+// every attempt of the VM on purpose: the launcher mixes the attempt
+// (--attempt) into each fault decision itself, and keeps a fault's count
+// ("N*") without state by replaying the draws of earlier attempts with its
+// own seed, which only matches what those attempts drew if they had the
+// same seed. A seed per attempt let "50%2*" fire three or four times.
+func launcherSeed(seed uint64, k Key, _ int) uint64 {
+	x := seed ^ hashKey(k)
 	// splitmix64 finaliser
 	x ^= x >> 30
 	x *= 0xbf58476d1ce4e5b9
 	x ^= x >> 27
 	x *= 0x94d049bb133111eb
 	x ^= x >> 31
-	return x & (1<<63 - 1)
+	return x&(1<<63-1) | 1 // never 0, which the launcher reads as "pick one"
 }
