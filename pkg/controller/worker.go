@@ -510,6 +510,7 @@ func (w *worker) manualStop() (string, error) {
 		return "", fmt.Errorf("VM %s is not running (runStrategy %s, no live VMI)", w.key, strategy)
 	}
 	backoff.ClearRecord(w.rec.VM, &w.rec.History)
+	w.forgetFinalVMI()
 	if strategy == v1.RunStrategyManual {
 		uid := live.UID
 		w.request(v1.StopRequest, &uid)
@@ -532,6 +533,7 @@ func (w *worker) manualStart() (string, error) {
 	}
 	strategy, _ := w.rec.VM.RunStrategy()
 	backoff.ClearRecord(w.rec.VM, &w.rec.History)
+	w.forgetFinalVMI()
 	switch strategy {
 	case v1.RunStrategyHalted:
 		w.setStrategy(v1.RunStrategyAlways)
@@ -553,6 +555,7 @@ func (w *worker) manualRestart() (string, error) {
 		return "", fmt.Errorf("VM %s is not running (runStrategy %s); use start", w.key, strategy)
 	}
 	backoff.ClearRecord(w.rec.VM, &w.rec.History)
+	w.forgetFinalVMI()
 	if live != nil {
 		uid := live.UID
 		w.request(v1.StopRequest, &uid)
