@@ -56,6 +56,7 @@ func runController(args []string) error {
 	fs.BoolVar(&f.fsync, "fsync", true, "fsync every state save (durable across a machine crash; a kill -9 needs only the atomic rename)")
 	fs.BoolVar(&f.leaveRunning, "leave-running", false, "on SIGINT/SIGTERM leave VMIs running for the next controller to adopt, instead of stopping them")
 	fs.StringVar(&f.logLevel, "log-level", "info", "stderr log level: debug, info, warn, error")
+	extra := addExtraRunFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: virt-controller run [flags] VM.yaml...\n%s", fs.FlagUsages())
 	}
@@ -85,6 +86,11 @@ func runController(args []string) error {
 	} else {
 		cfg.Observer = controller.NewJSONLines(os.Stdout)
 	}
+	finishTimeline, err := extra.apply(&cfg, f.maxDelay)
+	if err != nil {
+		return fail(exitBadInput, "%v", err)
+	}
+	defer finishTimeline()
 	c, err := controller.New(cfg)
 	if err != nil {
 		return fail(exitBadInput, "%v", err)
