@@ -1,0 +1,322 @@
+package crashloop_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/crashloop-harness/crashloop/pkg/controller"
+	"github.com/crashloop-harness/crashloop/pkg/launcher"
+	"github.com/crashloop-harness/crashloop/pkg/timeline"
+)
+
+// faultPrefix is the annotation prefix of the fault catalog.
+const faultPrefix = "faults.crashloop.dev/"
+
+// vm describes a test VirtualMachine booting the test guest.
+type vm struct {
+	name, strategy string
+	failFast       bool
+	faults         map[string]string // fault name -> term
+	kernelArgs     string
+}
+
+func (s vm) manifest() string {
+	args := s.kernelArgs
+	if args == "" {
+		args = "console=ttyS0 quiet panic=-1"
+	}
+	ann := map[string]string{}
+	for f, term := range s.faults {
+		ann[faultPrefix+f] = term
+	}
+	if s.failFast {
+		ann[v1.FuncTestLauncherFailFastAnnotation] = "true"
+	}
+	keys := make([]string, 0, len(ann))
+	for k := range ann {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	strategy := s.strategy
+	if strategy == "" {
+		strategy = "Always"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "apiVersion: kubevirt.io/v1\nkind: VirtualMachine\nmetadata:\n  name: %s\n  namespace: default\nspec:\n  runStrategy: %s\n  template:\n    metadata:\n", s.name, strategy)
+	if len(keys) > 0 {
+		b.WriteString("      annotations:\n")
+		for _, k := range keys {
+			fmt.Fprintf(&b, "        %s: %q\n", k, ann[k])
+		}
+	}
+	fmt.Fprintf(&b, `    spec:
+      terminationGracePeriodSeconds: 10
+      domain:
+        cpu: {cores: 1}
+        memory: {guest: 256Mi}
+        firmware:
+          kernelBoot:
+            kernelArgs: %q
+            container: {image: "localhost/crashloop/test-guest:latest", kernelPath: /boot/vmlinuz, initrdPath: /boot/initrd.img}
+        devices:
+          disks: [{name: scratch, disk: {bus: virtio}}]
+      volumes:
+        - {name: scratch, containerDisk: {image: "localhost/crashloop/test-guest:latest"}}
+`, args)
+	return b.String()
+}
+
+// workspace is one spec's folder: manifests and a state folder, removed
+// when the spec ends.
+type workspace struct{ dir, state string }
+
+func newWorkspace() *workspace {
+	dir, err := os.MkdirTemp("", "crashloop-lane-")
+	Expect(err).NotTo(HaveOccurred())
+	w := &workspace{dir: dir, state: filepath.Join(dir, "state")}
+	DeferCleanup(func() { _ = os.RemoveAll(dir) })
+	return w
+}
+
+// write puts a manifest in the workspace (atomically, so the controller's
+// watcher never reads half a file) and returns its path.
+func (w *workspace) write(s vm) string {
+	p := filepath.Join(w.dir, s.name+".yaml")
+	tmp := p + ".tmp"
+	Expect(os.WriteFile(tmp, []byte(s.manifest()), 0o644)).To(Succeed())
+	Expect(os.Rename(tmp, p)).To(Succeed())
+	return p
+}
+
+// proc is a running virt-controller whose JSON lines are collected.
+type proc struct {
+	cmd     *exec.Cmd
+	stderr  string
+	done    chan struct{}
+	started time.Time
+
+	mu     sync.Mutex
+	events []controller.Event
+}
+
+// run starts "virt-controller run -o json" on the workspace's state folder.
+func (w *workspace) run(seed int, extra []string, manifests ...string) *proc {
+	args := append([]string{"run", "-o", "json", "--state-dir", w.state, "--seed", strconv.Itoa(seed),
+		"--launcher", suite.launcher, "--launcher-arg=--image-dir=" + suite.imageDir}, extra...)
+	cmd := exec.Command(suite.controller, append(args, manifests...)...)
+	stdout, err := cmd.StdoutPipe()
+	Expect(err).NotTo(HaveOccurred())
+	p := &proc{cmd: cmd, done: make(chan struct{}),
+		stderr: filepath.Join(w.dir, fmt.Sprintf("controller-%d.stderr", time.Now().UnixNano()))}
+	errf, err := os.Create(p.stderr)
+	Expect(err).NotTo(HaveOccurred())
+	cmd.Stderr = errf
+	p.started = time.Now()
+	Expect(cmd.Start()).To(Succeed())
+	go func() {
+		defer close(p.done)
+		defer errf.Close()
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var e controller.Event
+			if json.Unmarshal(sc.Bytes(), &e) == nil {
+				p.mu.Lock()
+				p.events = append(p.events, e)
+				p.mu.Unlock()
+			}
+		}
+		_ = cmd.Wait()
+	}()
+	DeferCleanup(p.terminate)
+	Eventually(func() int { return len(p.of("ControllerStarted", "")) }, 30*time.Second, 10*time.Millisecond).
+		Should(Equal(1), func() string { return "controller did not start: " + p.stderrText() })
+	return p
+}
+
+// terminate stops the controller with SIGTERM (it stops its VMIs and
+// waits for their launchers) and waits for it; SIGKILL after 60 s.
+func (p *proc) terminate() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(60 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// of returns the events of one kind ("" for all) of one VM ("" for all;
+// a bare name means namespace default).
+func (p *proc) of(kind, vmName string) []controller.Event {
+	if vmName != "" && !strings.Contains(vmName, "/") {
+		vmName = "default/" + vmName
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []controller.Event
+	for _, e := range p.events {
+		if (kind == "" || e.Event == kind) && (vmName == "" || e.VM == vmName) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (p *proc) stderrText() string {
+	b, _ := os.ReadFile(p.stderr)
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+// cli runs a virt-controller command: stdout, stderr, exit code.
+func cli(args ...string) (string, string, int) {
+	cmd := exec.Command(suite.controller, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		Fail(fmt.Sprintf("running virt-controller %v: %v", args, err))
+	}
+	return out.String(), errb.String(), code
+}
+
+// status reads a VM with "virt-controller status NAME -o json".
+func (w *workspace) status(name string) *v1.VirtualMachine {
+	out, errs, code := cli("status", name, "-o", "json", "--state-dir", w.state)
+	Expect(code).To(Equal(0), "status %s: %s", name, errs)
+	m := &v1.VirtualMachine{}
+	Expect(json.Unmarshal([]byte(out), m)).To(Succeed(), out)
+	return m
+}
+
+func failCount(m *v1.VirtualMachine) int {
+	if m.Status.StartFailure == nil {
+		return 0
+	}
+	return m.Status.StartFailure.ConsecutiveFailCount
+}
+
+// launchDir is the folder the controller gave one attempt's launcher.
+func (w *workspace) launchDir(name string, attempt int) string {
+	matches, _ := filepath.Glob(filepath.Join(w.state, "launchers", "default_"+name, strconv.Itoa(attempt)+"-*"))
+	if len(matches) != 1 {
+		return ""
+	}
+	return matches[0]
+}
+
+// launches counts a VM's launcher folders.
+func (w *workspace) launches(name string) int {
+	entries, _ := os.ReadDir(filepath.Join(w.state, "launchers", "default_"+name))
+	return len(entries)
+}
+
+// launcherEvents reads what one attempt's launcher wrote on stdout.
+func (w *workspace) launcherEvents(name string, attempt int) []launcher.Event {
+	dir := w.launchDir(name, attempt)
+	if dir == "" {
+		return nil
+	}
+	f, err := os.Open(filepath.Join(dir, "events.jsonl"))
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []launcher.Event
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var e launcher.Event
+		if json.Unmarshal(sc.Bytes(), &e) == nil {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func findEvent(evs []launcher.Event, name string) (launcher.Event, bool) {
+	for _, e := range evs {
+		if e.Event == name {
+			return e, true
+		}
+	}
+	return launcher.Event{}, false
+}
+
+// firedFaults names the faults one attempt's launcher said would fire
+// (its Scheduled event), sorted and joined with "+".
+func (w *workspace) firedFaults(name string, attempt int) string {
+	sched, ok := findEvent(w.launcherEvents(name, attempt), launcher.EventScheduled)
+	if !ok {
+		return ""
+	}
+	list, _ := sched.Details["faults"].([]any)
+	var names []string
+	for _, x := range list {
+		if m, ok := x.(map[string]any); ok {
+			names = append(names, fmt.Sprint(m["fault"]))
+		}
+	}
+	sort.Strings(names)
+	return strings.Join(names, "+")
+}
+
+// console reads one attempt's serial console log.
+func (w *workspace) console(name string, attempt int) string {
+	dir := w.launchDir(name, attempt)
+	if dir == "" {
+		return ""
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "console.log"))
+	return string(b)
+}
+
+// saveTimeline writes the run's timeline as _build/artifacts/NAME.jsonl
+// and NAME.svg, built from the controller's JSON lines and the launcher
+// folders, and returns it.
+func (w *workspace) saveTimeline(name, title string, p *proc) *timeline.Timeline {
+	rec := controller.NewTimelineRecorder(title, w.state, 0)
+	for _, e := range p.of("", "") {
+		rec.Observe(e)
+	}
+	base := filepath.Join(suite.artifacts, name)
+	Expect(rec.WriteFiles(base)).To(Succeed())
+	AddReportEntry("timeline", base+".{jsonl,svg}")
+	fmt.Fprintf(GinkgoWriter, "timeline: %s.{jsonl,svg}\n", base)
+	return rec.Timeline()
+}
+
+// report prints a number that a person reads in the CI log and attaches
+// it to the JUnit report.
+func report(name string, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	AddReportEntry(name, msg)
+	fmt.Fprintf(GinkgoWriter, "REPORT %s: %s\n", name, msg)
+	fmt.Printf("REPORT %s: %s\n", name, msg)
+}
