@@ -274,7 +274,7 @@ func (l *launch) run(ctx context.Context) (res Result) {
 	go l.reapQEMU(reapCtx)
 	l.startAt = clk.Now()
 	if err := dom.Start(inj.StartPaused); err != nil {
-		if l.isQemuError(err) {
+		if dom.QEMUStarted() || l.isQemuError(err) {
 			return failed(ExitQemuFailed, ReasonQemuFailed, "%v", err)
 		}
 		return failed(ExitLibvirtError, ReasonLibvirtError, "%v", err)
@@ -408,12 +408,16 @@ func (l *launch) stopped(ev qemu.DomainEvent) Result {
 }
 
 // isQemuError tells a QEMU refusal (its process exited during start) from
-// a libvirt-side failure.
+// a libvirt-side failure by libvirt's message, for an external libvirt
+// where QEMUStarted cannot look at the domain's log. libvirt words it
+// differently depending on how far QEMU got.
 func (l *launch) isQemuError(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "qemu unexpectedly closed the monitor") ||
 		strings.Contains(msg, "QEMU unexpectedly closed") ||
 		strings.Contains(msg, "process exited while connecting to monitor") ||
+		strings.Contains(msg, "monitor socket did not show up") ||
+		strings.Contains(msg, "qemu: ") ||
 		strings.Contains(msg, "qemu-system")
 }
 

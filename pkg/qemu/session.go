@@ -190,6 +190,18 @@ func (d *Domain) Start(paused bool) error {
 	return nil
 }
 
+// QEMUStarted tells whether libvirt got as far as launching QEMU for this
+// domain: with the embedded driver it writes QEMU's command line into the
+// domain's log under the root before it starts QEMU. For an external
+// daemon it cannot tell and returns false.
+func (d *Domain) QEMUStarted() bool {
+	if !d.s.Embedded() {
+		return false
+	}
+	data, err := os.ReadFile(filepath.Join(d.s.opts.Root, "log", "qemu", d.name+".log"))
+	return err == nil && strings.Contains(string(data), "qemu-system")
+}
+
 // Running tells whether the domain's vCPUs are running now.
 func (d *Domain) Running() (bool, error) {
 	state, _, err := d.d.GetState()
