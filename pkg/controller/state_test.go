@@ -2,9 +2,11 @@ package controller
 
 import (
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -106,4 +108,47 @@ func FuzzParseEvent(f *testing.F) {
 			t.Fatalf("re-encoded event does not parse: %v", err)
 		}
 	})
+}
+
+// TestStoreSavesInPlace checks that saves after the first exchange the
+// record with its spare file: the newest content is read back whatever its
+// length, and no inode is allocated (see Store.Write for why).
+func TestStoreSavesInPlace(t *testing.T) {
+	s, err := OpenStore(t.TempDir(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inodes := func() map[uint64]bool {
+		out := map[uint64]bool{}
+		entries, _ := os.ReadDir(filepath.Join(s.Dir(), "vms"))
+		for _, e := range entries {
+			if info, err := e.Info(); err == nil {
+				out[info.Sys().(*syscall.Stat_t).Ino] = true
+			}
+		}
+		return out
+	}
+	var first map[uint64]bool
+	for i, attempt := range []int{1, 123456789, 2, 3} {
+		vm := &v1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "default", Labels: map[string]string{"n": strings.Repeat("x", 10*(4-i))}}}
+		if err := s.Save(&Record{VM: vm, Attempt: attempt}); err != nil {
+			t.Fatal(err)
+		}
+		rec, err := s.Load(Key{"default", "a"})
+		if err != nil || rec.Attempt != attempt {
+			t.Fatalf("save %d: read back attempt %v, %v; want %d", i, rec, err, attempt)
+		}
+		if i == 1 {
+			first = inodes()
+		}
+		if i >= 1 && !maps.Equal(inodes(), first) {
+			t.Errorf("save %d: inodes %v, want the same two as after the second save %v", i, inodes(), first)
+		}
+	}
+	if len(first) != 2 {
+		t.Errorf("files in vms/: %d inodes, want the record and its spare", len(first))
+	}
+	if keys, _ := s.List(); len(keys) != 1 {
+		t.Errorf("List = %v, the spare file must not count", keys)
+	}
 }
