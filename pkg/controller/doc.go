@@ -35,7 +35,8 @@
 //
 // Each VM's Record (the VirtualMachine with its status in KubeVirt's JSON
 // shape, the current VMI, the live launcher, the exact retry time) is one
-// JSON file replaced atomically (temporary file, fsync, rename), so a
+// JSON file replaced atomically (a spare file rewritten in place, fsync,
+// then the two names exchanged, so saving allocates no inode), so a
 // controller killed with SIGKILL and started again neither retries early
 // nor forgets the failure count. See Store for the folder layout. A record
 // that cannot be read stops the controller before it starts anything, and
@@ -68,4 +69,16 @@
 // annotation lets the next attempt start clean while the failure count and
 // the backoff stay as they were. A stop or start changes the run strategy
 // only in the controller's copy, until the manifest file itself changes.
+//
+// # A thousand crash-looping VMs
+//
+// Retries fire on time when the controller's own work per launch stays
+// small, so saving a record allocates no inode (Store.Write) and at most
+// one thread per CPU creates launcher files at once (createSlots); see
+// both for the kernel behaviour that made them necessary. Launchers can
+// also run in one CPU cgroup of low weight (--launcher-cpu-weight, see
+// cgroup.go), so that a crowd of them starting at once cannot delay the
+// controller's timers, yet uses every idle cycle. It is off by default:
+// on cgroup v1 moving hundreds of launchers a second into it stalls forks
+// and exits machine-wide.
 package controller

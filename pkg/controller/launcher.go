@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -37,8 +38,7 @@ type LauncherOptions struct {
 	// daemons: a crowd of crash-looping launchers then cannot starve the
 	// controller's timers. Nice alone does not achieve that (CFS weighs
 	// tasks, and a thousand nice-10 launchers outweigh the controller's
-	// threads); CPUWeight does, and QEMU inherits nice, so it is off by
-	// default.
+	// threads), and QEMU inherits it.
 	Nice int
 	// CPUWeight, when positive, runs every launcher in one CPU cgroup of
 	// this cgroup v2 cpu.weight (1 to 10000, where 100 is what the
@@ -46,6 +46,8 @@ type LauncherOptions struct {
 	// at least 2), created by Controller.Run and removed when it returns.
 	// Where no cgroup can be made (no cpu controller, no permission) the
 	// controller says so once in its log and runs launchers without one.
+	// On cgroup v1 each launcher has to be moved in after fork; see
+	// cgroup.go for what that costs with hundreds of launches a second.
 	CPUWeight int
 
 	cgroup *launcherCgroup // set by Run when CPUWeight is usable
@@ -150,27 +152,17 @@ func launcherArgs(o LauncherOptions, r launchRequest, manifest string) []string 
 // on it in its own process group, so that a terminal's Ctrl-C or a SIGKILL
 // of the controller does not reach it (a pod outlives its controller too).
 func startLauncher(o LauncherOptions, r launchRequest) (*LauncherRef, *exec.Cmd, error) {
-	if err := os.MkdirAll(r.Dir, 0o755); err != nil {
-		return nil, nil, fmt.Errorf("launcher folder: %w", err)
-	}
-	manifest := filepath.Join(r.Dir, "vmi.json")
 	data, err := json.MarshalIndent(r.VMI, "", "  ")
 	if err != nil {
 		return nil, nil, fmt.Errorf("encoding VMI %s: %w", r.VMI.UID, err)
 	}
-	if err := os.WriteFile(manifest, data, 0o644); err != nil {
-		return nil, nil, fmt.Errorf("writing VMI manifest: %w", err)
-	}
 	ref := &LauncherRef{Dir: r.Dir, UID: r.VMI.UID, StartedAt: r.Now}
-	stdout, err := os.OpenFile(ref.EventsPath(), os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o644)
+	manifest := filepath.Join(r.Dir, "vmi.json")
+	stdout, stderr, err := createLauncherFiles(ref, manifest, data)
 	if err != nil {
-		return nil, nil, fmt.Errorf("launcher events file: %w", err)
+		return nil, nil, err
 	}
 	defer stdout.Close()
-	stderr, err := os.OpenFile(ref.LogPath(), os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, nil, fmt.Errorf("launcher log file: %w", err)
-	}
 	defer stderr.Close()
 	cmd := exec.Command(o.Path, launcherArgs(o, r, manifest)...)
 	if o.Nice > 0 {
@@ -189,6 +181,41 @@ func startLauncher(o LauncherOptions, r launchRequest) (*LauncherRef, *exec.Cmd,
 		ref.StartTicks = ticks
 	}
 	return ref, cmd, nil
+}
+
+// createSlots bounds how many threads create files at once, one per CPU.
+// Every launch creates a folder and three files, and a crowd of VMs
+// retrying together would otherwise put hundreds of threads into the
+// kernel's inode allocator at once (each goroutine blocked in a syscall
+// holds a thread, and the runtime starts another). ext4 without a journal
+// rescans the inode bitmap past recently freed inodes, under the block
+// group's spinlock when two allocators race for the same bit, so those
+// threads spun: the controller burnt both CPUs in the kernel and its
+// timers fired seconds late. Goroutines that wait here park without a
+// thread.
+var createSlots = make(chan struct{}, max(2, runtime.GOMAXPROCS(0)))
+
+// createLauncherFiles makes the launcher's folder, writes its VMI manifest
+// and opens its stdout and stderr files.
+func createLauncherFiles(ref *LauncherRef, manifest string, vmi []byte) (stdout, stderr *os.File, err error) {
+	createSlots <- struct{}{}
+	defer func() { <-createSlots }()
+	if err := os.MkdirAll(ref.Dir, 0o755); err != nil {
+		return nil, nil, fmt.Errorf("launcher folder: %w", err)
+	}
+	if err := os.WriteFile(manifest, vmi, 0o644); err != nil {
+		return nil, nil, fmt.Errorf("writing VMI manifest: %w", err)
+	}
+	stdout, err = os.OpenFile(ref.EventsPath(), os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, nil, fmt.Errorf("launcher events file: %w", err)
+	}
+	stderr, err = os.OpenFile(ref.LogPath(), os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o644)
+	if err != nil {
+		stdout.Close()
+		return nil, nil, fmt.Errorf("launcher log file: %w", err)
+	}
+	return stdout, stderr, nil
 }
 
 // launcherUpdate is what a watcher reports about one launcher.
