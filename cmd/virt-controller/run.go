@@ -39,7 +39,7 @@ func runController(args []string) error {
 	fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
 	fs.StringVar(&f.stateDir, "state-dir", defaultStateDir(), "state folder (VM status, launcher folders, control socket)")
 	fs.StringVar(&f.launcher, "launcher", "", "virt-launcher binary (default: next to virt-controller, then $PATH)")
-	fs.IntVar(&f.launcherWeight, "launcher-cpu-weight", 1, "run launchers in one CPU cgroup of this cpu.weight (1-10000, the controller has 100; cgroup v1: cpu.shares weight*1024/100), so crash-looping launchers cannot delay the controller's timers yet use all idle CPU (0: no cgroup)")
+	fs.IntVar(&f.launcherWeight, "launcher-cpu-weight", 0, "run launchers in one CPU cgroup of this cpu.weight (1-10000, the controller has 100; cgroup v1: cpu.shares weight*1024/100) so a crowd of launchers cannot delay the controller's timers (0: no cgroup). Off by default: on cgroup v1 every launcher must be moved into the cgroup, and hundreds of moves a second stall forks and exits machine-wide")
 	fs.IntVar(&f.launcherNice, "launcher-nice", 0, "run launchers (and their QEMU) at this nice value (0: the controller's own); a crowd of launchers outweighs the controller whatever their nice, --launcher-cpu-weight is what keeps them apart")
 	fs.StringArrayVar(&f.launcherArgs, "launcher-arg", nil, "extra flag for every virt-launcher, e.g. --launcher-arg=--image-dir=DIR (repeatable)")
 	fs.StringVarP(&f.output, "output", "o", "auto", "auto (live view on a terminal, JSON lines otherwise), live, json, or text (one readable line per event)")
@@ -155,15 +155,15 @@ func (f runFlags) config() (controller.Config, error) {
 	if f.launcherNice < 0 || f.launcherNice > 19 {
 		return cfg, fmt.Errorf("--launcher-nice %d: allowed values are 0 to 19", f.launcherNice)
 	}
+	if f.launcherWeight < 0 || f.launcherWeight > 10000 {
+		return cfg, fmt.Errorf("--launcher-cpu-weight %d: allowed values are 0 (no cgroup) and 1 to 10000", f.launcherWeight)
+	}
 	if f.qemuTimeout <= 0 {
 		return cfg, fmt.Errorf("--qemu-timeout %s: must be positive", f.qemuTimeout)
 	}
 	jitter := f.qemuJitter
 	if jitter == 0 {
 		jitter = -1 // Config reads zero as "default"
-	if f.launcherWeight < 0 || f.launcherWeight > 10000 {
-		return cfg, fmt.Errorf("--launcher-cpu-weight %d: allowed values are 0 (no cgroup) and 1 to 10000", f.launcherWeight)
-	}
 	}
 	level := slog.LevelInfo
 	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {

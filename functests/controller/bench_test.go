@@ -28,7 +28,7 @@ import (
 // CRASHLOOP_BENCH_VMS, CRASHLOOP_BENCH_SCALE (default 0.2) and
 // CRASHLOOP_BENCH_DURATION (default 60s) change the run; CRASHLOOP_BENCH_FSYNC=false
 // turns off fsync of state saves; CRASHLOOP_BENCH_LAUNCHER_NICE (default 0)
-// and CRASHLOOP_BENCH_LAUNCHER_CPU_WEIGHT (default 1; 0: no cgroup), the
+// and CRASHLOOP_BENCH_LAUNCHER_CPU_WEIGHT (default 0: no cgroup), the
 // controller's defaults, set --launcher-nice and --launcher-cpu-weight.
 func BenchmarkCrashLoop1000(b *testing.B) {
 	vms := envInt("CRASHLOOP_BENCH_VMS", 1000)
@@ -39,7 +39,7 @@ func BenchmarkCrashLoop1000(b *testing.B) {
 	}
 	fsync := envString("CRASHLOOP_BENCH_FSYNC", "true")
 	nice := envString("CRASHLOOP_BENCH_LAUNCHER_NICE", "0")
-	weight := envString("CRASHLOOP_BENCH_LAUNCHER_CPU_WEIGHT", "1")
+	weight := envString("CRASHLOOP_BENCH_LAUNCHER_CPU_WEIGHT", "0")
 	binDir := b.TempDir()
 	if err := buildBinaries(repoRoot(), binDir); err != nil {
 		b.Fatal(err)

@@ -92,10 +92,24 @@ func TestLauncherCgroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := cmd.Process.Pid
-	procs, _ := os.ReadFile(filepath.Join(g.dir, "cgroup.procs"))
+	// On v1 the launcher moves itself in first thing (through sh), so the
+	// move may lag Start by a moment.
+	var procs []byte
 	in := false
-	for _, f := range strings.Fields(string(procs)) {
-		in = in || f == strconv.Itoa(pid)
+	for deadline := time.Now().Add(5 * time.Second); !in && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		procs, _ = os.ReadFile(filepath.Join(g.dir, "cgroup.procs"))
+		for _, f := range strings.Fields(string(procs)) {
+			in = in || f == strconv.Itoa(pid)
+		}
+	}
+	// It became the command itself, with the same PID.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if comm, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "comm")); strings.TrimSpace(string(comm)) == "sleep" {
+			break
+		}
+	}
+	if comm, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "comm")); strings.TrimSpace(string(comm)) != "sleep" {
+		t.Errorf("pid %d is %q, want sleep", pid, comm)
 	}
 	// While it runs the cgroup cannot go.
 	busy := syscall.Rmdir(g.dir)
