@@ -218,6 +218,10 @@ func newLogger(level string, w io.Writer) (*slog.Logger, error) {
 
 func launch(ctx context.Context, o *options, vmi *v1.VirtualMachineInstance, plan faults.Plan, input string, stdout io.Writer, log *slog.Logger) launcher.ExitCode {
 	log = log.With("vmi", vmi.Namespace+"/"+vmi.Name)
+	// SIGTERM/SIGINT from here on ask for a graceful stop, even while the
+	// launch is still being set up, instead of killing the process halfway.
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
 	mode, _ := qemu.ParseAccel(o.accel)
 	host, err := qemu.ReadHostVirt()
 	if err != nil && mode == qemu.AccelAuto {
@@ -253,6 +257,34 @@ func launch(ctx context.Context, o *options, vmi *v1.VirtualMachineInstance, pla
 		}
 		sess.Root = root
 	}
+	// The reaper comes first: whatever happens to this process from now on,
+	// it removes the per-VMI folder and any QEMU of the domain.
+	if !o.dryRun {
+		exe, err := os.Executable()
+		if err != nil {
+			os.RemoveAll(sess.Root)
+			log.Error("cannot find own executable for the reaper", "err", err)
+			return launcher.ExitInternal
+		}
+		reaper, err := launcher.StartReaper(exe, launcher.ReaperTarget{Domain: qemu.DomainName(vmi), Root: sess.Root, URI: o.libvirtURI})
+		if err != nil {
+			os.RemoveAll(sess.Root)
+			log.Error("starting the reaper", "err", err)
+			return launcher.ExitInternal
+		}
+		defer func() {
+			if err := reaper.Done(); err != nil {
+				log.Warn("stopping reaper", "err", err)
+			}
+		}()
+	}
+	defer func() {
+		if sess.Root != "" {
+			if err := os.RemoveAll(sess.Root); err != nil {
+				log.Warn("removing per-VMI libvirt state", "root", sess.Root, "err", err)
+			}
+		}
+	}()
 	scratch, dropScratch, err := scratchDir(sess.Root, o.runtimeDir)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "virt-launcher: --runtime-dir: %v\n", err)
@@ -261,9 +293,6 @@ func launch(ctx context.Context, o *options, vmi *v1.VirtualMachineInstance, pla
 	defer dropScratch()
 	dom, err := qemu.BuildDomain(vmi, qemu.DomainOptions{Accel: accel, Images: images, ConsoleLog: consoleLog, ScratchDir: scratch})
 	if err != nil {
-		if sess.Root != "" {
-			os.RemoveAll(sess.Root)
-		}
 		if images == nil {
 			fmt.Fprintf(os.Stderr, "virt-launcher: %s: %v (image folder %s: not readable; build it with `make images` or pass --image-dir)\n", input, err, o.imageDir)
 		} else {
@@ -288,16 +317,10 @@ func launch(ctx context.Context, o *options, vmi *v1.VirtualMachineInstance, pla
 	decisions := plan.Decide(faults.DecideInput{Seed: seed, Key: vmi.Namespace + "/" + vmi.Name, Attempt: o.attempt})
 	injections, err := applyFaults(decisions, dom, scratch)
 	if err != nil {
-		if sess.Root != "" {
-			os.RemoveAll(sess.Root)
-		}
 		fmt.Fprintf(os.Stderr, "virt-launcher: %s: %v\n", input, err)
 		return launcher.ExitInvalidManifest
 	}
 	if o.dryRun {
-		if sess.Root != "" {
-			defer os.RemoveAll(sess.Root)
-		}
 		xml, err := dom.Marshal()
 		if err != nil {
 			log.Error("rendering domain XML", "err", err)
@@ -306,12 +329,6 @@ func launch(ctx context.Context, o *options, vmi *v1.VirtualMachineInstance, pla
 		fmt.Fprintln(stdout, xml)
 		return launcher.ExitSucceeded
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		log.Error("cannot find own executable for the reaper", "err", err)
-		return launcher.ExitInternal
-	}
-
 	format := launcher.Format(o.eventFormat)
 	events := launcher.NewEmitter(stdout, format, launcher.Event{VMI: vmi.Name, Namespace: vmi.Namespace, UID: string(vmi.UID), Attempt: o.attempt})
 	libvirtMode := "embedded:" + sess.Root
@@ -338,8 +355,6 @@ func launch(ctx context.Context, o *options, vmi *v1.VirtualMachineInstance, pla
 		log.Error("writing event", "err", err)
 	}
 
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
 	loopCtx, stopLoop := context.WithCancel(context.Background())
 	defer stopLoop()
 	// libvirt logs to stderr by default, including harmless errors of the
@@ -359,7 +374,6 @@ func launch(ctx context.Context, o *options, vmi *v1.VirtualMachineInstance, pla
 		VMI:         vmi,
 		Domain:      dom,
 		Session:     sess,
-		ReaperExe:   exe,
 		ConsoleLog:  consoleLog,
 		ReadyMarker: o.readyMarker,
 		QemuTimeout: qemuTimeout,

@@ -69,12 +69,9 @@ type FiredFault struct {
 
 // Config is everything one launch needs.
 type Config struct {
-	VMI     *v1.VirtualMachineInstance
-	Domain  *libvirtxml.Domain
-	Session qemu.SessionOptions
-	// ReaperExe is the program that runs the reaper (this executable);
-	// empty runs without one (unit tests).
-	ReaperExe   string
+	VMI         *v1.VirtualMachineInstance
+	Domain      *libvirtxml.Domain
+	Session     qemu.SessionOptions
 	ConsoleLog  string
 	ReadyMarker string
 	QemuTimeout time.Duration
@@ -107,8 +104,10 @@ type launch struct {
 // Run performs one launch: libvirt, define, start, wait for Running within
 // the start timeout, then follow the domain until it stops. Cancelling ctx
 // asks for a graceful stop (SIGTERM): ACPI shutdown, then destroy after the
-// grace period. Run always destroys what it started and removes the
-// per-VMI state before it returns; the reaper covers a launcher that dies.
+// grace period. Run always destroys and undefines what it started before
+// it returns. The caller owns the per-VMI folder and the reaper (StartReaper),
+// which it starts before anything is created, so that a launcher that dies at
+// any point, even before Run, leaves nothing behind.
 func Run(ctx context.Context, cfg Config) Result {
 	l := &launch{cfg: cfg}
 	res := l.run(ctx)
@@ -173,27 +172,6 @@ func (l *launch) run(ctx context.Context) (res Result) {
 	timeout := clk.NewTimer(cfg.QemuTimeout)
 	defer timeout.Stop()
 	deadline := clk.Now().Add(cfg.QemuTimeout)
-
-	var reaper *Reaper
-	if cfg.ReaperExe != "" {
-		var err error
-		reaper, err = StartReaper(cfg.ReaperExe, ReaperTarget{Domain: cfg.Domain.Name, Root: cfg.Session.Root, URI: cfg.Session.URI})
-		if err != nil {
-			return failed(ExitInternal, ReasonInternalError, "%v", err)
-		}
-	}
-	defer func() {
-		if cfg.Session.URI == "" && cfg.Session.Root != "" {
-			if err := os.RemoveAll(cfg.Session.Root); err != nil {
-				cfg.Log.Warn("removing per-VMI libvirt state", "root", cfg.Session.Root, "err", err)
-			}
-		}
-		if reaper != nil {
-			if err := reaper.Done(); err != nil {
-				cfg.Log.Warn("stopping reaper", "err", err)
-			}
-		}
-	}()
 
 	l.crashIf(CrashBeforeLibvirt)
 	sess, err := qemu.Open(cfg.Session)
