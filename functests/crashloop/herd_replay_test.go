@@ -2,6 +2,7 @@ package crashloop_test
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -39,7 +40,7 @@ var _ = Describe("scenario 7: a herd of VMs failing together", Label("herd"), Se
 				fails, retries = append(fails, r.FailedAt), append(retries, r.StartedAt)
 			}
 		}
-		w.saveTimeline(name, "scenario 7: 20 fail-fast VMs failing together "+fmt.Sprint(extra), p)
+		w.saveTimeline(name, "scenario 7: 20 fail-fast VMs failing together"+strings.TrimSuffix(" "+strings.Join(extra, " "), " "), p)
 		return fails, retries, p, w
 	}
 

@@ -16,14 +16,18 @@ import (
 // fell outside its band), its planned delay a short dash.
 func (t *Timeline) WriteSVG(w io.Writer) error {
 	const width, height = 760.0, 460.0
-	const left, right, top, bottom = 70.0, 20.0, 50.0, 60.0
+	const left, right, top, bottom = 70.0, 20.0, 66.0, 60.0
 	var retries []Attempt
+	observed := 0
 	maxCount, maxY := 1, 0.0
 	for _, a := range t.Attempts {
 		if a.FailCount == 0 || (a.Observed == 0 && a.Planned == 0) {
 			continue
 		}
 		retries = append(retries, a)
+		if a.Observed > 0 {
+			observed++
+		}
 		maxCount = max(maxCount, a.FailCount)
 		maxY = math.Max(maxY, math.Max(a.High.Seconds(), math.Max(a.Observed.Seconds(), a.Planned.Seconds())))
 	}
@@ -44,8 +48,9 @@ func (t *Timeline) WriteSVG(w io.Writer) error {
 		title = "crash-loop retries"
 	}
 	fmt.Fprintf(&b, `<text x="%g" y="22" font-size="15" font-weight="bold">%s</text>`+"\n", left, html.EscapeString(title))
-	fmt.Fprintf(&b, `<text x="%g" y="40" fill="#555">seed %d, time scale %g, %d retries; band: KubeVirt envelope per failure count; dot: observed delay; dash: planned delay</text>`+"\n",
-		left, t.Seed, t.TimeScale, len(retries))
+	fmt.Fprintf(&b, `<text x="%g" y="38" fill="#555">seed %d, time scale %g, %d observed retries. Band: KubeVirt's envelope for the failure count; dash: planned delay;</text>`+"\n",
+		left, t.Seed, t.TimeScale, observed)
+	fmt.Fprintf(&b, `<text x="%g" y="52" fill="#555">dot: observed delay, green inside the band (within %v), red outside.</text>`+"\n", left, t.slack())
 
 	// Axes and grid.
 	fmt.Fprintf(&b, `<line x1="%g" y1="%g" x2="%g" y2="%g" stroke="black"/>`+"\n", left, top+plotH, left+plotW, top+plotH)
@@ -103,7 +108,7 @@ func (t *Timeline) WriteSVG(w io.Writer) error {
 		}
 		if a.Observed > 0 {
 			color := "#1a7f37"
-			if !a.InEnvelope(0) {
+			if !a.InEnvelope(t.slack()) {
 				color = "#d1242f"
 			}
 			fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="3.5" fill="%s"><title>%s attempt %d: observed %s, planned %s, envelope %s..%s</title></circle>`+"\n",

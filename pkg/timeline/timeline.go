@@ -42,9 +42,10 @@ type Attempt struct {
 	High time.Duration `json:"highNs,omitempty"`
 }
 
-// InEnvelope tells whether the observed delay fell inside [Low, High+slack].
+// InEnvelope tells whether the observed delay fell inside
+// [Low-slack, High+slack].
 func (a Attempt) InEnvelope(slack time.Duration) bool {
-	return a.Observed >= a.Low && a.Observed <= a.High+slack
+	return a.Observed >= a.Low-slack && a.Observed <= a.High+slack
 }
 
 // Timeline is a run: every attempt of every VM.
@@ -53,6 +54,17 @@ type Timeline struct {
 	Seed      int64     `json:"seed"`
 	TimeScale float64   `json:"timeScale"`
 	Attempts  []Attempt `json:"attempts"`
+	// Slack is how far outside its band an observed delay may fall and
+	// still be drawn green (the time a launch takes to notice a failure
+	// and to start). Zero means 100 ms.
+	Slack time.Duration `json:"slackNs,omitempty"`
+}
+
+func (t *Timeline) slack() time.Duration {
+	if t.Slack > 0 {
+		return t.Slack
+	}
+	return 100 * time.Millisecond
 }
 
 // WriteJSONLines writes a header line, then one line per attempt, ordered

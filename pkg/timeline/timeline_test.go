@@ -12,7 +12,7 @@ import (
 
 func sample() *Timeline {
 	s := time.Second
-	return &Timeline{Title: "t", Seed: 7, TimeScale: 0.1, Attempts: []Attempt{
+	return &Timeline{Title: "t", Seed: 7, TimeScale: 0.1, Slack: time.Millisecond, Attempts: []Attempt{
 		{VM: "b", Attempt: 1, FailCount: 1, Planned: 1200 * time.Millisecond, Observed: 1210 * time.Millisecond, Low: 1 * s, High: 1500 * time.Millisecond},
 		{VM: "a", Attempt: 2, FailCount: 2, Planned: 5 * s, Observed: 7 * s, Low: 4 * s, High: 6 * s},
 		{VM: "a", Attempt: 1, FailCount: 1, Planned: 1100 * time.Millisecond, Observed: 1105 * time.Millisecond, Low: 1 * s, High: 1500 * time.Millisecond},
