@@ -32,8 +32,9 @@ images: deps
 build: deps
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-## run: the main job on the embedded example
-run: run-launcher
+## run: the main job: a real VM through a crash loop (3 real QEMU start failures) and its recovery
+run: build images
+	examples/demo.sh
 
 ## run-launcher: boot the example VMI through virt-launcher and show its phases
 run-launcher: build images
