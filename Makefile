@@ -67,7 +67,7 @@ functest: build images
 
 ## bench: launcher start latency versus virsh, QEMU-death latency, RSS (a table)
 bench: build images
-	bench/launcher.sh
+	$(GO) run ./bench/launcher
 
 clean:
 	rm -rf $(BUILD)

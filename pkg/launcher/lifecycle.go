@@ -96,9 +96,16 @@ type launch struct {
 	running  bool
 	ready    bool
 	panicked bool
+	shutdown bool // libvirt reported a guest shutdown
 	killed   string
 	stopping bool
 	startAt  time.Time
+	// qemuExit receives QEMU's wait status when this process reaps it.
+	qemuExit chan syscall.WaitStatus
+	// cleanups undo what run set up, in reverse order, after the final
+	// event is out (destroying a domain can wait on libvirt's own
+	// clean-up of a dead QEMU).
+	cleanups []func()
 }
 
 // Run performs one launch: libvirt, define, start, wait for Running within
@@ -109,7 +116,12 @@ type launch struct {
 // which it starts before anything is created, so that a launcher that dies at
 // any point, even before Run, leaves nothing behind.
 func Run(ctx context.Context, cfg Config) Result {
-	l := &launch{cfg: cfg}
+	l := &launch{cfg: cfg, qemuExit: make(chan syscall.WaitStatus, 1)}
+	defer func() {
+		for i := len(l.cleanups) - 1; i >= 0; i-- {
+			l.cleanups[i]()
+		}
+	}()
 	res := l.run(ctx)
 	code := int(res.ExitCode)
 	ev := Event{Time: cfg.Clock.Now(), Phase: res.Phase, Reason: res.Reason, Message: res.Message, ExitCode: &code}
@@ -178,11 +190,11 @@ func (l *launch) run(ctx context.Context) (res Result) {
 	if err != nil {
 		return failed(ExitLibvirtError, ReasonLibvirtError, "%v", err)
 	}
-	defer func() {
+	l.cleanups = append(l.cleanups, func() {
 		if err := sess.Close(); err != nil {
 			cfg.Log.Warn("closing libvirt", "err", err)
 		}
-	}()
+	})
 
 	l.crashIf(CrashBeforeDefine)
 	if cfg.Injections.LibvirtErrorAt == "define" {
@@ -195,14 +207,14 @@ func (l *launch) run(ctx context.Context) (res Result) {
 		return failed(ExitLibvirtError, ReasonLibvirtError, "%v", err)
 	}
 	l.dom = dom
-	defer func() {
+	l.cleanups = append(l.cleanups, func() {
 		if err := dom.Destroy(); err != nil {
 			cfg.Log.Warn("destroying domain", "err", err)
 		}
 		if err := dom.Release(); err != nil {
 			cfg.Log.Warn("releasing domain", "err", err)
 		}
-	}()
+	})
 
 	l.crashIf(CrashBeforeStart)
 	if cfg.Injections.LibvirtErrorAt == "start" {
@@ -324,8 +336,23 @@ func (l *launch) run(ctx context.Context) (res Result) {
 				}
 			case qemu.EventCrashed:
 				l.panicked = l.panicked || ev.Panicked
+			case qemu.EventShutdown:
+				l.shutdown = true
 			case qemu.EventStopped:
 				return l.stopped(ev)
+			}
+		case ws := <-l.qemuExit:
+			// A QEMU that died of a signal without libvirt having reported a
+			// guest shutdown or crash first was killed from outside (or
+			// crashed itself): say so now rather than after libvirt's own
+			// clean-up, which polls a dying process every 200 ms. A clean
+			// exit is libvirt's doing; its Stopped event follows.
+			if ws.Signaled() && !l.panicked && !l.shutdown {
+				cfg.Log.Debug("QEMU died", "signal", ws.Signal())
+				if l.killed == "" {
+					l.killed = unixSignalName(ws.Signal())
+				}
+				return l.stopped(qemu.DomainEvent{Kind: qemu.EventStopped, Reason: qemu.StopFailed})
 			}
 		case line, ok := <-console:
 			if !ok {
@@ -422,7 +449,8 @@ func (l *launch) reapQEMU(ctx context.Context) {
 			continue
 		}
 		for ctx.Err() == nil {
-			if reapChild(pid) {
+			if ws, ok := reapChild(pid); ok {
+				l.qemuExit <- ws
 				return
 			}
 			// Not our child yet (libvirt's intermediate process has not

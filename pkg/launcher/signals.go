@@ -18,11 +18,11 @@ func BecomeSubreaper() error {
 }
 
 // reapChild waits for pid to exit if it is a child of this process, and
-// tells whether it was.
-func reapChild(pid int) bool {
+// returns its wait status and whether it was a child.
+func reapChild(pid int) (syscall.WaitStatus, bool) {
 	var ws syscall.WaitStatus
 	_, err := syscall.Wait4(pid, &ws, 0, nil)
-	return err == nil
+	return ws, err == nil
 }
 
 func ignoreStopSignals() {
