@@ -38,7 +38,7 @@ var _ = Describe("virt-controller crash loop", Label("controller"), func() {
 		}, 30*time.Second, 50*time.Millisecond).Should(Succeed())
 
 		By("each gap from a failure to the next launch matching the planned scaled delay")
-		plans, starts := p.eventsOf("BackoffPlanned"), p.eventsOf("Started")
+		plans, starts := p.Events("BackoffPlanned", ""), p.Events("Started", "")
 		Expect(len(plans)).To(BeNumerically(">=", 4))
 		Expect(len(starts)).To(BeNumerically(">=", 4))
 		bounds := [][2]time.Duration{{100 * time.Millisecond, 150 * time.Millisecond}, {400 * time.Millisecond, 600 * time.Millisecond}, {900 * time.Millisecond, 1350 * time.Millisecond}}
@@ -64,7 +64,7 @@ var _ = Describe("virt-controller crash loop", Label("controller"), func() {
 			Expect(outside).To(BeNumerically(">", planned-20*time.Millisecond), "failure %d seen by the launchers", i+1)
 			Expect(outside).To(BeNumerically("<", planned+150*time.Millisecond), "failure %d seen by the launchers", i+1)
 		}
-		exited := p.eventsOf("Exited")[0]
+		exited := p.Events("Exited", "")[0]
 		Expect(exited.Reason).To(Equal("LauncherCrashed"))
 		Expect(*exited.ExitCode).To(Equal(2), "the fail-fast launcher panics: exit code 2")
 	})
@@ -94,12 +94,12 @@ var _ = Describe("virt-controller crash loop", Label("controller"), func() {
 		spec.failFast = false
 		w.write("crashy.yaml", spec.manifest())
 		Eventually(func() v1.VirtualMachinePrintableStatus { return w.status("crashy").Status.PrintableStatus },
-			120*time.Second, 200*time.Millisecond).Should(Equal(v1.VirtualMachineStatusRunning), func() string { return p.stderrText() })
+			120*time.Second, 200*time.Millisecond).Should(Equal(v1.VirtualMachineStatusRunning), func() string { return p.Stderr() })
 		vm := w.status("crashy")
 		Expect(vm.Status.StartFailure).To(BeNil())
 		Expect(vm.Generation).To(BeEquivalentTo(2))
-		Expect(p.eventsOf("ManifestChanged")).To(HaveLen(1))
-		Expect(p.eventsOf("RecordCleared")).NotTo(BeEmpty())
+		Expect(p.Events("ManifestChanged", "")).To(HaveLen(1))
+		Expect(p.Events("RecordCleared", "")).NotTo(BeEmpty())
 	})
 
 	It("keeps the count and the retry time across kill -9 of the controller", func() {
@@ -110,7 +110,7 @@ var _ = Describe("virt-controller crash loop", Label("controller"), func() {
 			g.Expect(failCount(vm)).To(BeNumerically(">=", 4))
 			g.Expect(vm.Status.PrintableStatus).To(Equal(v1.VirtualMachineStatusCrashLoopBackOff))
 		}, 30*time.Second, 50*time.Millisecond).Should(Succeed())
-		p.kill9()
+		p.Kill9()
 
 		rec := w.record("crashy")
 		count, retry, attempts := failCount(rec.VM), *rec.RetryAfter, rec.Attempt
@@ -121,8 +121,8 @@ var _ = Describe("virt-controller crash loop", Label("controller"), func() {
 		Expect(failCount(vm)).To(Equal(count), "the count is not forgotten")
 		Expect(vm.Status.StartFailure.RetryAfterTimestamp.Time).To(BeTemporally("~", retry, time.Second))
 
-		Eventually(func() int { return len(p2.eventsOf("Started")) }, 20*time.Second, 20*time.Millisecond).Should(BeNumerically(">=", 1))
-		first := p2.eventsOf("Started")[0]
+		Eventually(func() int { return len(p2.Events("Started", "")) }, 20*time.Second, 20*time.Millisecond).Should(BeNumerically(">=", 1))
+		first := p2.Events("Started", "")[0]
 		Expect(first.Time).To(BeTemporally(">=", retry), "no early retry")
 		Expect(first.Time).To(BeTemporally("<", retry.Add(200*time.Millisecond)))
 		Expect(first.Attempt).To(Equal(attempts + 1))
@@ -135,13 +135,13 @@ var _ = Describe("virt-controller crash loop", Label("controller"), func() {
 		p := w.startController([]string{"--time-scale", scale, "--qemu-timeout", bootTimeout}, m)
 		Eventually(func() []string {
 			var phases []string
-			for _, e := range p.eventsOf("") {
+			for _, e := range p.Events("", "") {
 				if e.VM == "default/job" && (e.Event == "Running" || e.Event == "Succeeded") {
 					phases = append(phases, e.Event)
 				}
 			}
 			return phases
-		}, 120*time.Second, 200*time.Millisecond).Should(Equal([]string{"Running", "Succeeded"}), func() string { return p.stderrText() })
+		}, 120*time.Second, 200*time.Millisecond).Should(Equal([]string{"Running", "Succeeded"}), func() string { return p.Stderr() })
 		Consistently(func() int { return len(w.launchDirs("job")) }, 5*time.Second, 200*time.Millisecond).Should(Equal(1))
 		vm := w.status("job")
 		Expect(vm.Status.PrintableStatus).To(Equal(v1.VirtualMachineStatusStopped))

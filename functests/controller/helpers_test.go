@@ -1,16 +1,11 @@
 package controller_test
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -18,6 +13,7 @@ import (
 	. "github.com/onsi/gomega"
 	v1 "kubevirt.io/api/core/v1"
 
+	"github.com/crashloop-harness/crashloop/functests/ctlharness"
 	"github.com/crashloop-harness/crashloop/pkg/controller"
 )
 
@@ -94,121 +90,24 @@ func (w *workspace) write(file, content string) string {
 	return p
 }
 
-// proc is a running virt-controller with its JSON lines collected.
-type proc struct {
-	cmd    *exec.Cmd
-	stderr string
-	done   chan struct{}
+// proc is a running virt-controller (see functests/ctlharness).
+type proc = ctlharness.Proc
 
-	mu     sync.Mutex
-	events []controller.Event
-}
-
-// startController runs virt-controller run with -o json.
+// startController runs virt-controller run with -o json and seed 4242.
 func (w *workspace) startController(extra []string, manifests ...string) *proc {
-	args := append([]string{"run", "-o", "json", "--state-dir", w.state, "--seed", "4242",
-		"--launcher", suite.launcher, "--launcher-arg=--image-dir=" + suite.imageDir}, extra...)
-	args = append(args, manifests...)
-	cmd := exec.Command(suite.controller, args...)
-	stdout, err := cmd.StdoutPipe()
-	Expect(err).NotTo(HaveOccurred())
-	p := &proc{cmd: cmd, stderr: filepath.Join(w.dir, fmt.Sprintf("controller-%d.stderr", time.Now().UnixNano())), done: make(chan struct{})}
-	errf, err := os.Create(p.stderr)
-	Expect(err).NotTo(HaveOccurred())
-	cmd.Stderr = errf
-	Expect(cmd.Start()).To(Succeed())
-	go func() {
-		defer close(p.done)
-		defer errf.Close()
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			var e controller.Event
-			if json.Unmarshal(sc.Bytes(), &e) == nil {
-				p.mu.Lock()
-				p.events = append(p.events, e)
-				p.mu.Unlock()
-			}
-		}
-		_ = cmd.Wait()
-	}()
-	DeferCleanup(p.terminate)
-	Eventually(func() int { return len(p.eventsOf("ControllerStarted")) }, 30*time.Second, 10*time.Millisecond).
-		Should(Equal(1), func() string { return "controller did not start: " + p.stderrText() })
-	return p
-}
-
-// terminate stops the controller with SIGTERM (it stops its VMIs) and
-// waits; SIGKILL after 60 s.
-func (p *proc) terminate() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(60 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-// kill9 kills the controller with SIGKILL, as a crash would.
-func (p *proc) kill9() {
-	Expect(p.cmd.Process.Kill()).To(Succeed())
-	Eventually(p.done, 10*time.Second).Should(BeClosed())
-}
-
-// eventsOf returns the events of one kind (all when kind is "").
-func (p *proc) eventsOf(kind string) []controller.Event {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out []controller.Event
-	for _, e := range p.events {
-		if kind == "" || e.Event == kind {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
-func (p *proc) stderrText() string {
-	b, _ := os.ReadFile(p.stderr)
-	return string(b)
+	return ctlharness.Start(ctlharness.Binaries{Controller: suite.controller, Launcher: suite.launcher, ImageDir: suite.imageDir},
+		w.state, w.dir, 4242, extra, manifests...)
 }
 
 // cli runs a virt-controller command and returns stdout, stderr, exit code.
-func cli(args ...string) (string, string, int) {
-	cmd := exec.Command(suite.controller, args...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		Fail(fmt.Sprintf("running virt-controller %v: %v", args, err))
-	}
-	return out.String(), errb.String(), code
-}
+func cli(args ...string) (string, string, int) { return ctlharness.CLI(suite.controller, args...) }
 
 // status reads a VM with "virt-controller status NAME -o json".
 func (w *workspace) status(name string) *v1.VirtualMachine {
-	out, errs, code := cli("status", name, "-o", "json", "--state-dir", w.state)
-	Expect(code).To(Equal(0), "status %s: %s", name, errs)
-	vm := &v1.VirtualMachine{}
-	Expect(json.Unmarshal([]byte(out), vm)).To(Succeed(), out)
-	return vm
+	return ctlharness.Status(suite.controller, w.state, name)
 }
 
-func failCount(vm *v1.VirtualMachine) int {
-	if vm.Status.StartFailure == nil {
-		return 0
-	}
-	return vm.Status.StartFailure.ConsecutiveFailCount
-}
+func failCount(vm *v1.VirtualMachine) int { return ctlharness.FailCount(vm) }
 
 // record reads a VM's state file as saved by the controller.
 func (w *workspace) record(name string) *controller.Record {

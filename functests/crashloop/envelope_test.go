@@ -35,7 +35,7 @@ var _ = Describe("scenario 1: a fail-fast crash loop under runStrategy Always", 
 		p := w.run(1, []string{"--time-scale", "0.02", "--qemu-timeout", bootTimeout, "--timeline", ctlTimeline}, m)
 
 		By("the count growing 1..5 in CrashLoopBackOff")
-		Eventually(func() int { return len(p.of("BackoffPlanned", "crashy")) }, 30*time.Second, 20*time.Millisecond).Should(BeNumerically(">=", 5))
+		Eventually(func() int { return len(p.Events("BackoffPlanned", "crashy")) }, 30*time.Second, 20*time.Millisecond).Should(BeNumerically(">=", 5))
 		vm5 := w.status("crashy")
 		Expect(failCount(vm5)).To(Equal(5))
 		Expect(vm5.Status.PrintableStatus).To(Equal(v1.VirtualMachineStatusCrashLoopBackOff))
@@ -49,22 +49,22 @@ var _ = Describe("scenario 1: a fail-fast crash loop under runStrategy Always", 
 			s := w.status("crashy")
 			g.Expect(s.Status.PrintableStatus).To(Equal(v1.VirtualMachineStatusRunning))
 			g.Expect(s.Status.StartFailure).To(BeNil())
-		}, 60*time.Second, 50*time.Millisecond).Should(Succeed(), func() string { return p.stderrText() })
-		wall := time.Since(p.started)
+		}, 60*time.Second, 50*time.Millisecond).Should(Succeed(), func() string { return p.Stderr() })
+		wall := time.Since(p.Started)
 		report("scenario 1 wall time", "%s for 5 failures and recovery to Running (KubeVirt's real schedule: at least 550 s)", wall.Round(10*time.Millisecond))
 		Expect(wall).To(BeNumerically("<", 60*time.Second))
 
 		var counts []int
-		for _, e := range p.of("BackoffPlanned", "crashy") {
+		for _, e := range p.Events("BackoffPlanned", "crashy") {
 			counts = append(counts, e.FailCount)
 		}
 		Expect(counts).To(Equal([]int{1, 2, 3, 4, 5}))
-		Expect(p.of("ManifestChanged", "crashy")).To(HaveLen(1))
-		Expect(p.of("Running", "crashy")).To(HaveLen(1))
-		Expect(p.of("Running", "crashy")[0].Attempt).To(Equal(6), "the first attempt after the edit starts clean")
+		Expect(p.Events("ManifestChanged", "crashy")).To(HaveLen(1))
+		Expect(p.Events("Running", "crashy")).To(HaveLen(1))
+		Expect(p.Events("Running", "crashy")[0].Attempt).To(Equal(6), "the first attempt after the edit starts clean")
 
 		By("every observed delay lying inside KubeVirt's envelope for its count")
-		retries := crashloop.Retries(p.of("", "crashy"))
+		retries := crashloop.Retries(p.Events("", "crashy"))
 		Expect(retries).To(HaveLen(5))
 		for _, r := range retries {
 			Expect(r.StartedAt.IsZero()).To(BeFalse(), "retry after failure %d happened", r.Count)
@@ -77,7 +77,7 @@ var _ = Describe("scenario 1: a fail-fast crash loop under runStrategy Always", 
 		w.saveTimeline("scenario1-failfast-always", "scenario 1: fail-fast crash loop, Always, recovery by removing the annotation", p)
 
 		By("virt-controller --timeline having written the same run")
-		p.terminate()
+		p.Terminate()
 		Expect(countLines(ctlTimeline+".jsonl")).To(Equal(1+6), "a header and one line per attempt")
 		svg, err := os.ReadFile(ctlTimeline + ".svg")
 		Expect(err).NotTo(HaveOccurred())
@@ -89,15 +89,15 @@ var _ = Describe("scenario 1: a fail-fast crash loop under runStrategy Always", 
 		p := w.run(1, []string{"--time-scale", "0.02", "--backoff", "kubelet"}, w.write(vm{name: "crashy", failFast: true}))
 		Eventually(func() int {
 			n := 0
-			for _, r := range crashloop.Retries(p.of("", "crashy")) {
+			for _, r := range crashloop.Retries(p.Events("", "crashy")) {
 				if !r.StartedAt.IsZero() {
 					n++
 				}
 			}
 			return n
 		}, 30*time.Second, 20*time.Millisecond).Should(BeNumerically(">=", 3))
-		p.terminate()
-		err := crashloop.CheckEnvelope(crashloop.Retries(p.of("", "crashy")), envelopeScale, slack)
+		p.Terminate()
+		err := crashloop.CheckEnvelope(crashloop.Retries(p.Events("", "crashy")), envelopeScale, slack)
 		Expect(err).To(HaveOccurred(), "kubelet's 10 s doubling must fall outside KubeVirt's envelope")
 		Expect(err.Error()).To(ContainSubstring("failure 2"))
 		report("scenario 1 negative control", "%v", err)

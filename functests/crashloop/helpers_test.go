@@ -2,23 +2,19 @@ package crashloop_test
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
-	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	v1 "kubevirt.io/api/core/v1"
 
+	"github.com/crashloop-harness/crashloop/functests/ctlharness"
 	"github.com/crashloop-harness/crashloop/pkg/controller"
 	"github.com/crashloop-harness/crashloop/pkg/launcher"
 	"github.com/crashloop-harness/crashloop/pkg/timeline"
@@ -103,124 +99,24 @@ func (w *workspace) write(s vm) string {
 	return p
 }
 
-// proc is a running virt-controller whose JSON lines are collected.
-type proc struct {
-	cmd     *exec.Cmd
-	stderr  string
-	done    chan struct{}
-	started time.Time
-
-	mu     sync.Mutex
-	events []controller.Event
-}
+// proc is a running virt-controller (see functests/ctlharness).
+type proc = ctlharness.Proc
 
 // run starts "virt-controller run -o json" on the workspace's state folder.
 func (w *workspace) run(seed int, extra []string, manifests ...string) *proc {
-	args := append([]string{"run", "-o", "json", "--state-dir", w.state, "--seed", strconv.Itoa(seed),
-		"--launcher", suite.launcher, "--launcher-arg=--image-dir=" + suite.imageDir}, extra...)
-	cmd := exec.Command(suite.controller, append(args, manifests...)...)
-	stdout, err := cmd.StdoutPipe()
-	Expect(err).NotTo(HaveOccurred())
-	p := &proc{cmd: cmd, done: make(chan struct{}),
-		stderr: filepath.Join(w.dir, fmt.Sprintf("controller-%d.stderr", time.Now().UnixNano()))}
-	errf, err := os.Create(p.stderr)
-	Expect(err).NotTo(HaveOccurred())
-	cmd.Stderr = errf
-	p.started = time.Now()
-	Expect(cmd.Start()).To(Succeed())
-	go func() {
-		defer close(p.done)
-		defer errf.Close()
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			var e controller.Event
-			if json.Unmarshal(sc.Bytes(), &e) == nil {
-				p.mu.Lock()
-				p.events = append(p.events, e)
-				p.mu.Unlock()
-			}
-		}
-		_ = cmd.Wait()
-	}()
-	DeferCleanup(p.terminate)
-	Eventually(func() int { return len(p.of("ControllerStarted", "")) }, 30*time.Second, 10*time.Millisecond).
-		Should(Equal(1), func() string { return "controller did not start: " + p.stderrText() })
-	return p
-}
-
-// terminate stops the controller with SIGTERM (it stops its VMIs and
-// waits for their launchers) and waits for it; SIGKILL after 60 s.
-func (p *proc) terminate() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(60 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-// of returns the events of one kind ("" for all) of one VM ("" for all;
-// a bare name means namespace default).
-func (p *proc) of(kind, vmName string) []controller.Event {
-	if vmName != "" && !strings.Contains(vmName, "/") {
-		vmName = "default/" + vmName
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out []controller.Event
-	for _, e := range p.events {
-		if (kind == "" || e.Event == kind) && (vmName == "" || e.VM == vmName) {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
-func (p *proc) stderrText() string {
-	b, _ := os.ReadFile(p.stderr)
-	if len(b) > 4000 {
-		b = b[len(b)-4000:]
-	}
-	return string(b)
+	return ctlharness.Start(ctlharness.Binaries{Controller: suite.controller, Launcher: suite.launcher, ImageDir: suite.imageDir},
+		w.state, w.dir, seed, extra, manifests...)
 }
 
 // cli runs a virt-controller command: stdout, stderr, exit code.
-func cli(args ...string) (string, string, int) {
-	cmd := exec.Command(suite.controller, args...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		Fail(fmt.Sprintf("running virt-controller %v: %v", args, err))
-	}
-	return out.String(), errb.String(), code
-}
+func cli(args ...string) (string, string, int) { return ctlharness.CLI(suite.controller, args...) }
 
 // status reads a VM with "virt-controller status NAME -o json".
 func (w *workspace) status(name string) *v1.VirtualMachine {
-	out, errs, code := cli("status", name, "-o", "json", "--state-dir", w.state)
-	Expect(code).To(Equal(0), "status %s: %s", name, errs)
-	m := &v1.VirtualMachine{}
-	Expect(json.Unmarshal([]byte(out), m)).To(Succeed(), out)
-	return m
+	return ctlharness.Status(suite.controller, w.state, name)
 }
 
-func failCount(m *v1.VirtualMachine) int {
-	if m.Status.StartFailure == nil {
-		return 0
-	}
-	return m.Status.StartFailure.ConsecutiveFailCount
-}
+func failCount(m *v1.VirtualMachine) int { return ctlharness.FailCount(m) }
 
 // launchDir is the folder the controller gave one attempt's launcher.
 func (w *workspace) launchDir(name string, attempt int) string {
@@ -302,7 +198,7 @@ func (w *workspace) console(name string, attempt int) string {
 // folders, and returns it.
 func (w *workspace) saveTimeline(name, title string, p *proc) *timeline.Timeline {
 	rec := controller.NewTimelineRecorder(title, w.state, 0)
-	for _, e := range p.of("", "") {
+	for _, e := range p.Events("", "") {
 		rec.Observe(e)
 	}
 	base := filepath.Join(suite.artifacts, name)

@@ -27,15 +27,15 @@ var _ = Describe("scenario 7: a herd of VMs failing together", Label("herd"), Se
 		p = w.run(7, append([]string{"--time-scale", fmt.Sprint(herdScale)}, extra...), files...)
 		Eventually(func() int {
 			n := 0
-			for _, r := range crashloop.Retries(p.of("", "")) {
+			for _, r := range crashloop.Retries(p.Events("", "")) {
 				if r.Count == 1 && !r.StartedAt.IsZero() {
 					n++
 				}
 			}
 			return n
 		}, 60*time.Second, 50*time.Millisecond).Should(Equal(20))
-		p.terminate()
-		for _, r := range crashloop.Retries(p.of("", "")) {
+		p.Terminate()
+		for _, r := range crashloop.Retries(p.Events("", "")) {
 			if r.Count == 1 {
 				fails, retries = append(fails, r.FailedAt), append(retries, r.StartedAt)
 			}
@@ -78,7 +78,7 @@ var _ = Describe("scenario 8: replay of a chaos run", Label("replay"), Serial, f
 		files = append(files, w.write(vm{name: "counted", faults: map[string]string{"launcher-crash": "50%2*", "libvirt-error": "at=define"}}))
 		p := w.run(8, []string{"--time-scale", fast, "--qemu-timeout", bootTimeout}, files...)
 		done := func(n string) bool {
-			return len(p.of("Running", n)) > 0 || len(p.of("Exited", n)) >= maxAttempts
+			return len(p.Events("Running", n)) > 0 || len(p.Events("Exited", n)) >= maxAttempts
 		}
 		Eventually(func() []string {
 			var waiting []string
@@ -87,20 +87,20 @@ var _ = Describe("scenario 8: replay of a chaos run", Label("replay"), Serial, f
 					waiting = append(waiting, n)
 				}
 			}
-			if len(p.of("Exited", "counted")) < counted {
+			if len(p.Events("Exited", "counted")) < counted {
 				waiting = append(waiting, "counted")
 			}
 			return waiting
-		}, 120*time.Second, 100*time.Millisecond).Should(BeEmpty(), func() string { return p.stderrText() })
-		p.terminate()
+		}, 120*time.Second, 100*time.Millisecond).Should(BeEmpty(), func() string { return p.Stderr() })
+		p.Terminate()
 		out := map[string][]crashloop.Outcome{}
 		for _, n := range names {
 			plans := map[int]string{}
-			for _, e := range p.of("BackoffPlanned", n) {
+			for _, e := range p.Events("BackoffPlanned", n) {
 				plans[e.Attempt] = e.Delay
 			}
 			exits := map[int][2]string{}
-			for _, e := range p.of("Exited", n) {
+			for _, e := range p.Events("Exited", n) {
 				reason := e.Reason
 				if e.ExitCode != nil && *e.ExitCode == 12 {
 					// The catalog promises exit 12 for qemu-bad-config but
@@ -112,7 +112,7 @@ var _ = Describe("scenario 8: replay of a chaos run", Label("replay"), Serial, f
 				exits[e.Attempt] = [2]string{e.Phase, reason}
 			}
 			ran := map[int]bool{}
-			for _, e := range p.of("Running", n) {
+			for _, e := range p.Events("Running", n) {
 				ran[e.Attempt] = true
 			}
 			for a := 1; a <= maxAttempts; a++ {
