@@ -1,0 +1,142 @@
+package clusterlite
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+func TestStartNeedsBinaries(t *testing.T) {
+	ctx := context.Background()
+	if _, err := Start(ctx, Config{StateDir: t.TempDir()}); err == nil {
+		t.Error("started without BinDir")
+	}
+	state := t.TempDir()
+	_, err := Start(ctx, Config{BinDir: t.TempDir(), StateDir: state})
+	if err == nil || !strings.Contains(err.Error(), "build.sh") {
+		t.Errorf("start with an empty BinDir: %v; want a hint at build.sh", err)
+	}
+}
+
+func TestFreePorts(t *testing.T) {
+	ports, err := freePorts(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ports[0] == ports[1] || ports[1] == ports[2] || ports[0] == ports[2] {
+		t.Errorf("ports not distinct: %v", ports)
+	}
+}
+
+func TestFailedChecks(t *testing.T) {
+	body := "[+]ping ok\n[-]etcd failed: reason withheld\n[+]log ok\nreadyz check failed\n"
+	if got, want := failedChecks([]byte(body)), "    [-]etcd failed: reason withheld"; got != want {
+		t.Errorf("failedChecks = %q, want %q", got, want)
+	}
+}
+
+// TestControlPlane starts the real etcd and kube-apiserver from
+// $CLUSTERLITE_BIN_DIR, uses the API, stops them and checks that nothing is
+// left running or listening.
+func TestControlPlane(t *testing.T) {
+	binDir := os.Getenv("CLUSTERLITE_BIN_DIR")
+	if binDir == "" {
+		t.Skip("CLUSTERLITE_BIN_DIR is not set (build the binaries with tools/clusterlite/build.sh)")
+	}
+	ctx := t.Context()
+	state := t.TempDir()
+	begin := time.Now()
+	cp, err := Start(ctx, Config{
+		BinDir:   binDir,
+		StateDir: state,
+		Logger:   slog.New(slog.NewTextHandler(t.Output(), nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Start to ready: %v", time.Since(begin).Round(time.Millisecond))
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = cp.Stop(context.Background())
+		}
+	})
+	pids := []int{cp.etcd.cmd.Process.Pid, cp.apiserver.cmd.Process.Pid}
+	addrs := []string{strings.TrimPrefix(cp.Server(), "https://"), strings.TrimPrefix(cp.EtcdURL(), "http://")}
+
+	cs, err := kubernetes.NewForConfig(cp.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+	if err != nil || string(body) != "ok" {
+		t.Fatalf("/readyz: %q, %v", body, err)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "clusterlite-test"}}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create namespace: %v", err)
+	}
+
+	// The kubeconfig file reaches the same server as the admin.
+	kc, err := clientcmd.BuildConfigFromFlags("", cp.KubeconfigPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kcs, err := kubernetes.NewForConfig(kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kcs.CoreV1().Namespaces().Get(ctx, ns.Name, metav1.GetOptions{}); err != nil {
+		t.Errorf("get namespace through the kubeconfig: %v", err)
+	}
+	// The aggregation layer's client CA is published for aggregated API
+	// servers.
+	auth, err := cs.CoreV1().ConfigMaps("kube-system").Get(ctx, "extension-apiserver-authentication", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get extension-apiserver-authentication: %v", err)
+	}
+	frontProxyCA, err := os.ReadFile(filepath.Join(state, "pki", "front-proxy-ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := auth.Data["requestheader-client-ca-file"]; got != string(frontProxyCA) {
+		t.Errorf("requestheader-client-ca-file = %q, want the front-proxy CA", got)
+	}
+	if got := auth.Data["requestheader-allowed-names"]; got != `["`+FrontProxyClientName+`"]` {
+		t.Errorf("requestheader-allowed-names = %s", got)
+	}
+
+	t.Run("aggregation", func(t *testing.T) { checkAggregation(ctx, t, cp, cs) })
+
+	begin = time.Now()
+	err = cp.Stop(ctx)
+	stopped = true
+	t.Logf("Stop: %v", time.Since(begin).Round(time.Millisecond))
+	if err != nil {
+		t.Errorf("stop: %v", err)
+	}
+	for _, pid := range pids {
+		if m := awaitGroupGone(t, pid, 2*time.Second); len(m) != 0 {
+			t.Errorf("processes %v left after Stop", m)
+		}
+	}
+	for _, a := range addrs {
+		if c, err := net.DialTimeout("tcp", a, time.Second); err == nil {
+			c.Close()
+			t.Errorf("%s still accepts connections after Stop", a)
+		}
+	}
+	if err := cp.Stop(ctx); err != nil {
+		t.Errorf("second Stop: %v", err)
+	}
+}
