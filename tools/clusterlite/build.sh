@@ -18,6 +18,9 @@ out=$(cd "$out" && pwd)
 binaries=(
 	"etcd . etcd"
 	"kube-apiserver . kube-apiserver"
+	"kubevirt ./virt-controller virt-controller"
+	"kubevirt ./virt-api virt-api"
+	"kubevirt ./kubevirt-manifests kubevirt-manifests"
 )
 
 for b in "${binaries[@]}"; do

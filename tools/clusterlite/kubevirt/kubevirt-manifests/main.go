@@ -49,13 +49,19 @@ func run(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logg
 	fs.IntVar(&opts.VirtAPIServicePort, "virt-api-service-port", opts.VirtAPIServicePort,
 		"port of the virt-api Service; the aggregator and the webhooks dial clusterIP:port")
 	fs.IntVar(&opts.VirtAPITargetPort, "virt-api-target-port", opts.VirtAPITargetPort,
-		"targetPort of the virt-api Service (used only with --enable-aggregator-routing)")
+		"targetPort of the virt-api Service (informational: the Service has no selector)")
+	fs.StringVar(&opts.VirtAPIEndpointIP, "virt-api-endpoint-ip", opts.VirtAPIEndpointIP,
+		"address virt-api listens on, for the virt-api Endpoints (default: --virt-api-service-ip; not loopback)")
+	fs.IntVar(&opts.VirtAPIEndpointPort, "virt-api-endpoint-port", opts.VirtAPIEndpointPort,
+		"port virt-api listens on, for the virt-api Endpoints (default: --virt-api-service-port)")
 	fs.StringVar(&caBundleFile, "ca-bundle", "",
 		"PEM file with the CA that signed virt-api's serving certificate (APIService, webhooks, kubevirt-ca ConfigMap)")
 	fs.StringVar(&opts.LauncherImage, "launcher-image", opts.LauncherImage,
 		"virt-launcher image name recorded in the KubeVirt status (must match virt-controller --launcher-image)")
 	fs.BoolVar(&opts.Webhooks, "webhooks", opts.Webhooks,
 		"include virt-api's mutating and validating webhook configurations")
+	fs.BoolVar(&opts.UseEmulation, "use-emulation", opts.UseEmulation,
+		"set the KubeVirt CR's developerConfiguration.useEmulation (software emulation, no /dev/kvm request)")
 	fs.StringVar(&featureGates, "feature-gates", "",
 		"comma-separated KubeVirt feature gates for the KubeVirt CR")
 	fs.StringVar(&output, "o", "yaml", "output format: yaml (a --- separated stream) or json (a v1 List)")

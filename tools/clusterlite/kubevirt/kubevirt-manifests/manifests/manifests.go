@@ -39,8 +39,16 @@ type Options struct {
 	// VirtAPIServicePort is the virt-api Service port that the
 	// aggregator and the webhooks dial.
 	VirtAPIServicePort int
-	// VirtAPITargetPort is the Service's targetPort (endpoint routing).
+	// VirtAPITargetPort is the Service's targetPort. The Service has no
+	// selector, so only the Endpoints below say where virt-api listens.
 	VirtAPITargetPort int
+	// VirtAPIEndpointIP and VirtAPIEndpointPort are where virt-api really
+	// listens, written into the virt-api Endpoints. The aggregator refuses
+	// an APIService whose Service has no Endpoints with an address even
+	// when it dials the cluster IP, and no kube-controller-manager runs to
+	// write them. Loopback addresses are rejected by Endpoints validation.
+	VirtAPIEndpointIP   string
+	VirtAPIEndpointPort int
 	// CABundle is the PEM CA that signed virt-api's serving certificate.
 	CABundle []byte
 	// LauncherImage is recorded in the KubeVirt status deployment config.
@@ -49,6 +57,11 @@ type Options struct {
 	Webhooks bool
 	// FeatureGates go into the KubeVirt CR's developerConfiguration.
 	FeatureGates []string
+	// UseEmulation sets developerConfiguration.useEmulation, which makes
+	// virt-controller start virt-launcher with --allow-emulation and not
+	// request the devices.kubevirt.io/kvm resource: the machines this
+	// project runs on have no usable hardware KVM.
+	UseEmulation bool
 }
 
 // DefaultOptions returns the cluster-lite defaults.
@@ -57,9 +70,13 @@ func DefaultOptions() Options {
 		Namespace:          "kubevirt",
 		VirtAPIServiceIP:   "10.254.0.10",
 		VirtAPIServicePort: 443,
-		VirtAPITargetPort:  8443,
-		LauncherImage:      "virt-launcher",
-		Webhooks:           true,
+		VirtAPITargetPort:  443,
+		// Empty: the same as VirtAPIServiceIP and VirtAPIServicePort.
+		VirtAPIEndpointIP:   "",
+		VirtAPIEndpointPort: 0,
+		LauncherImage:       "virt-launcher",
+		Webhooks:            true,
+		UseEmulation:        true,
 	}
 }
 
@@ -109,13 +126,16 @@ func Objects(opts Options) ([]k8sruntime.Object, error) {
 			continue
 		}
 		svc = svc.DeepCopy()
+		// Selectorless, so that manual Endpoints stay authoritative should
+		// an endpoints controller ever run.
+		svc.Spec.Selector = nil
 		svc.Spec.ClusterIP = opts.VirtAPIServiceIP
 		svc.Spec.ClusterIPs = []string{opts.VirtAPIServiceIP}
 		for i := range svc.Spec.Ports {
 			svc.Spec.Ports[i].Port = int32(opts.VirtAPIServicePort)
 			svc.Spec.Ports[i].TargetPort.IntVal = int32(opts.VirtAPITargetPort)
 		}
-		objs = append(objs, svc)
+		objs = append(objs, svc, virtAPIEndpoints(svc, opts))
 	}
 
 	for _, as := range strategy.APIServices() {
@@ -157,6 +177,29 @@ func Objects(opts Options) ([]k8sruntime.Object, error) {
 	return objs, nil
 }
 
+// virtAPIEndpoints returns the Endpoints of the virt-api Service, with one
+// port per Service port and the same (empty) port name, which is how the
+// aggregator's availability check matches them.
+func virtAPIEndpoints(svc *corev1.Service, opts Options) *corev1.Endpoints {
+	ip, port := opts.VirtAPIEndpointIP, opts.VirtAPIEndpointPort
+	if ip == "" {
+		ip = opts.VirtAPIServiceIP
+	}
+	if port == 0 {
+		port = opts.VirtAPIServicePort
+	}
+	ep := &corev1.Endpoints{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Endpoints"},
+		ObjectMeta: metav1.ObjectMeta{Name: svc.Name, Namespace: svc.Namespace, Labels: svc.Labels},
+	}
+	subset := corev1.EndpointSubset{Addresses: []corev1.EndpointAddress{{IP: ip}}}
+	for _, p := range svc.Spec.Ports {
+		subset.Ports = append(subset.Ports, corev1.EndpointPort{Name: p.Name, Port: int32(port), Protocol: p.Protocol})
+	}
+	ep.Subsets = []corev1.EndpointSubset{subset}
+	return ep
+}
+
 func setClientConfig(cc *admissionregistrationv1.WebhookClientConfig, caBundle []byte, port int32) {
 	cc.CABundle = caBundle
 	if cc.Service != nil {
@@ -181,6 +224,7 @@ func kubeVirt(opts Options, cfg *operatorutil.KubeVirtDeploymentConfig) (*v1.Kub
 			Configuration: v1.KubeVirtConfiguration{
 				DeveloperConfiguration: &v1.DeveloperConfiguration{
 					FeatureGates: slices.Clone(opts.FeatureGates),
+					UseEmulation: opts.UseEmulation,
 				},
 			},
 		},
