@@ -12,6 +12,7 @@ require (
 	k8s.io/apiextensions-apiserver v0.32.5
 	k8s.io/apimachinery v0.32.5
 	k8s.io/client-go v12.0.0+incompatible
+	k8s.io/kube-aggregator v0.26.4
 	kubevirt.io/api v1.6.0
 	kubevirt.io/client-go v1.6.0
 	kubevirt.io/kubevirt v1.6.0
@@ -98,7 +99,6 @@ require (
 	gopkg.in/yaml.v2 v2.4.0 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 	k8s.io/klog/v2 v2.130.1 // indirect
-	k8s.io/kube-aggregator v0.26.4 // indirect
 	k8s.io/kube-openapi v0.31.0 // indirect
 	k8s.io/kubectl v0.0.0-00010101000000-000000000000 // indirect
 	k8s.io/utils v0.0.0-20241104100929-3ea5e8cea738 // indirect
