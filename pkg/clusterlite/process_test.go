@@ -60,13 +60,14 @@ func awaitGroupGone(t *testing.T, pgid int, d time.Duration) []int {
 	}
 }
 
-// startShell starts sh -c script as a child through a new spawner.
-func startShell(t *testing.T, script string) *child {
+// startShell starts sh -c script as a child through a new spawner, in dir
+// and logging there.
+func startShell(t *testing.T, dir, script string) *child {
 	t.Helper()
 	sp := newSpawner()
 	t.Cleanup(sp.close)
 	logger := slog.New(slog.NewTextHandler(t.Output(), nil))
-	c, err := startChild(sp, logger, "sh", "/bin/sh", []string{"-c", script}, t.TempDir(), filepath.Join(t.TempDir(), "sh.log"))
+	c, err := startChild(sp, logger, "sh", "/bin/sh", []string{"-c", script}, dir, filepath.Join(dir, "sh.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +88,7 @@ func TestChildStop(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			c := startShell(t, tc.script)
+			c := startShell(t, t.TempDir(), tc.script)
 			pgid := c.cmd.Process.Pid
 			time.Sleep(100*time.Millisecond + tc.before) // let the shell set its traps
 			err := c.stop(context.Background(), 300*time.Millisecond)
@@ -105,7 +106,7 @@ func TestChildStop(t *testing.T) {
 }
 
 func TestChildStopContext(t *testing.T) {
-	c := startShell(t, `trap "" TERM; sleep 100`)
+	c := startShell(t, t.TempDir(), `trap "" TERM; sleep 100`)
 	time.Sleep(100 * time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
@@ -122,15 +123,16 @@ func TestChildStopContext(t *testing.T) {
 // TestChildDiesWithParent runs this test binary again as a parent that
 // starts a child and is then killed with SIGKILL; the child must die too.
 func TestChildDiesWithParent(t *testing.T) {
-	if os.Getenv("CLUSTERLITE_TEST_PARENT") == "1" {
+	// The parent dies by SIGKILL and cannot remove a t.TempDir of its own.
+	if dir := os.Getenv("CLUSTERLITE_TEST_PARENT_DIR"); dir != "" {
 		// exec: the parent-death signal reaches only the direct child.
-		c := startShell(t, "exec sleep 100")
+		c := startShell(t, dir, "exec sleep 100")
 		fmt.Println("child", c.cmd.Process.Pid)
 		time.Sleep(time.Hour) // until killed
 		return
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestChildDiesWithParent$")
-	cmd.Env = append(os.Environ(), "CLUSTERLITE_TEST_PARENT=1")
+	cmd.Env = append(os.Environ(), "CLUSTERLITE_TEST_PARENT_DIR="+t.TempDir())
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
