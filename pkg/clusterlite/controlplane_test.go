@@ -82,6 +82,13 @@ func TestControlPlane(t *testing.T) {
 	if err != nil || string(body) != "ok" {
 		t.Fatalf("/readyz: %q, %v", body, err)
 	}
+	v, err := cs.Discovery().ServerVersion()
+	if err != nil {
+		t.Fatalf("server version: %v", err)
+	}
+	if v.Major != "1" || v.Minor == "" {
+		t.Errorf("server version %q, major %q, minor %q: kube-apiserver not built by build.sh (no -ldflags)?", v.GitVersion, v.Major, v.Minor)
+	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "clusterlite-test"}}
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create namespace: %v", err)

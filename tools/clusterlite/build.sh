@@ -23,9 +23,24 @@ binaries=(
 	"kubevirt ./kubevirt-manifests kubevirt-manifests"
 )
 
+# ldflags_for NAME prints the -ldflags value for binary NAME, run in its
+# module directory.
+ldflags_for() {
+	case $1 in
+	kube-apiserver)
+		# Without these /version says v0.0.0-master and no major/minor.
+		local v pkg=k8s.io/component-base/version
+		v=$("${GO:-go}" list -m -f '{{.Version}}' k8s.io/kubernetes)
+		local minor=${v#v*.}
+		minor=${minor%%.*}
+		echo "-X $pkg.gitVersion=$v -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+		;;
+	esac
+}
+
 for b in "${binaries[@]}"; do
 	read -r dir pkg name <<<"$b"
 	start=$SECONDS
-	(cd "$here/$dir" && "${GO:-go}" build -o "$out/$name" "$pkg")
+	(cd "$here/$dir" && "${GO:-go}" build -ldflags="$(ldflags_for "$name")" -o "$out/$name" "$pkg")
 	echo "built $out/$name ($((SECONDS - start))s)" >&2
 done
