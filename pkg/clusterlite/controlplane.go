@@ -80,6 +80,11 @@ type Config struct {
 	// single-valued flag given here overrides the one set by Start; a list
 	// flag (--disable-admission-plugins, say) is extended instead.
 	APIServerArgs []string
+	// Users are extra identities that get a token each and a kubeconfig
+	// (see KubeconfigFor), for components that must act as someone else
+	// than the admin: KubeVirt's webhooks trust status writes only from
+	// its own service accounts, "system:serviceaccount:kubevirt:...".
+	Users []string
 }
 
 // ControlPlane is a running etcd and kube-apiserver, started by Start. Its
@@ -96,6 +101,13 @@ type ControlPlane struct {
 	spawner   *spawner
 	etcd      *child
 	apiserver *child
+
+	// userTokens maps Config.Users to their tokens.
+	userTokens map[string]string
+	// procs are the processes of StartProcess, stopped before the API
+	// server.
+	procsMu sync.Mutex
+	procs   []*Process
 
 	stopOnce sync.Once
 	stopErr  error
@@ -247,7 +259,15 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 	}
 	cp.apiserver.log.Info("ready", "after", time.Since(apiBegin).Round(time.Millisecond))
 
-	return writeKubeconfig(cp.kubeconfigPath, cp.server, cp.ca.CertPEM(), cp.token)
+	if err := writeKubeconfig(cp.kubeconfigPath, cp.server, cp.ca.CertPEM(), cp.token); err != nil {
+		return err
+	}
+	for _, u := range cp.cfg.Users {
+		if err := writeKubeconfig(cp.KubeconfigFor(u), cp.server, cp.ca.CertPEM(), cp.userTokens[u]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // writePKI generates the CAs, the API server's serving certificate, the
@@ -284,6 +304,21 @@ func (cp *ControlPlane) writePKI(dir string) (map[string]string, error) {
 	cp.token = hex.EncodeToString(tok)
 	// Format of --token-auth-file: token,user,uid,"group1,group2".
 	tokens := fmt.Sprintf("%s,%s,%s,\"system:masters\"\n", cp.token, AdminUser, AdminUser)
+	cp.userTokens = map[string]string{}
+	for _, u := range cp.cfg.Users {
+		if u == "" || strings.ContainsAny(u, ",\"\n") {
+			return nil, fmt.Errorf("user name %q: must be non-empty, without commas, quotes or newlines", u)
+		}
+		if _, err := rand.Read(tok); err != nil {
+			return nil, fmt.Errorf("generate token of %s: %w", u, err)
+		}
+		cp.userTokens[u] = hex.EncodeToString(tok)
+		groups := "system:authenticated"
+		if sa, ok := strings.CutPrefix(u, "system:serviceaccount:"); ok {
+			groups = "system:serviceaccounts,system:serviceaccounts:" + strings.SplitN(sa, ":", 2)[0]
+		}
+		tokens += fmt.Sprintf("%s,%s,%s,\"%s\"\n", cp.userTokens[u], u, u, groups)
+	}
 
 	files := map[string][]byte{
 		"ca.crt":                 cp.ca.CertPEM(),
@@ -419,6 +454,15 @@ func (cp *ControlPlane) Stop(ctx context.Context) error {
 	cp.stopOnce.Do(func() {
 		begin := time.Now()
 		var errs []error
+		cp.procsMu.Lock()
+		procs := cp.procs
+		cp.procs = nil
+		cp.procsMu.Unlock()
+		for i := len(procs) - 1; i >= 0; i-- {
+			if err := procs[i].Stop(ctx); err != nil {
+				errs = append(errs, err)
+			}
+		}
 		for _, c := range []*child{cp.apiserver, cp.etcd} {
 			if c == nil {
 				continue

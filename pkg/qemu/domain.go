@@ -64,7 +64,13 @@ func BuildDomain(vmi *v1.VirtualMachineInstance, opts DomainOptions) (*libvirtxm
 		dom.UUID = uuid
 	}
 
+	if a := spec.Architecture; a != "" && a != "amd64" {
+		return nil, &SpecError{Field: "spec.architecture", Msg: fmt.Sprintf("%q is not supported (allowed: amd64, the host's)", a)}
+	}
 	if err := setCPU(dom, spec.Domain.CPU, opts.Accel); err != nil {
+		return nil, err
+	}
+	if err := setInterfaces(dom, spec); err != nil {
 		return nil, err
 	}
 	if err := setMemory(dom, &spec.Domain); err != nil {
@@ -154,6 +160,20 @@ func setCPU(dom *libvirtxml.Domain, cpu *v1.CPU, accel Accel) error {
 		if cpu.Threads > 0 {
 			threads = cpu.Threads
 		}
+	}
+	if cpu != nil {
+		switch cpu.Model {
+		case "", v1.CPUModeHostModel:
+			// KubeVirt's default. Under KVM the launcher always uses
+			// host-model; TCG does not emulate the host's CPU, so QEMU's
+			// default model stands in for it.
+		default:
+			return &SpecError{Field: "spec.domain.cpu.model", Msg: fmt.Sprintf("%q is not supported (allowed: host-model, KubeVirt's default)", cpu.Model)}
+		}
+		if cpu.MaxSockets != 0 && cpu.MaxSockets < sockets {
+			return &SpecError{Field: "spec.domain.cpu.maxSockets", Msg: fmt.Sprintf("%d is below spec.domain.cpu.sockets %d", cpu.MaxSockets, sockets)}
+		}
+		// maxSockets only bounds CPU hotplug, which the launcher never does.
 	}
 	n := sockets * cores * threads
 	if n > 64 {
@@ -380,4 +400,42 @@ func createOverlay(image, format, dir, name string) (string, error) {
 		return "", fmt.Errorf("creating overlay of %s with qemu-img: %v: %s", image, err, strings.TrimSpace(string(out)))
 	}
 	return overlay, nil
+}
+
+// setInterfaces attaches the pod network, the only network a launcher has:
+// an interface with the bridge or masquerade binding (KubeVirt's webhook
+// adds one named "default") on a network with a pod source becomes a
+// virtio NIC on QEMU's user-mode network, which like a pod network gives
+// the guest a private address with outbound NAT.
+func setInterfaces(dom *libvirtxml.Domain, spec *v1.VirtualMachineInstanceSpec) error {
+	networks := map[string]v1.Network{}
+	for _, n := range spec.Networks {
+		networks[n.Name] = n
+	}
+	used := map[string]bool{}
+	for i, iface := range spec.Domain.Devices.Interfaces {
+		field := fmt.Sprintf("spec.domain.devices.interfaces[%d]", i)
+		n, ok := networks[iface.Name]
+		if !ok {
+			return &SpecError{Field: field + ".name", Msg: fmt.Sprintf("no network named %q in spec.networks", iface.Name)}
+		}
+		if n.Pod == nil {
+			return &SpecError{Field: fmt.Sprintf("spec.networks[name=%s]", n.Name), Msg: "only the pod network is supported"}
+		}
+		b := iface.InterfaceBindingMethod
+		if b.SRIOV != nil || b.DeprecatedSlirp != nil || b.DeprecatedPasst != nil || b.DeprecatedMacvtap != nil || iface.Binding != nil {
+			return &SpecError{Field: field, Msg: "only the bridge and masquerade bindings are supported"}
+		}
+		used[n.Name] = true
+		dom.Devices.Interfaces = append(dom.Devices.Interfaces, libvirtxml.DomainInterface{
+			Source: &libvirtxml.DomainInterfaceSource{User: &libvirtxml.DomainInterfaceSourceUser{}},
+			Model:  &libvirtxml.DomainInterfaceModel{Type: "virtio"},
+		})
+	}
+	for _, n := range spec.Networks {
+		if !used[n.Name] {
+			return &SpecError{Field: fmt.Sprintf("spec.networks[name=%s]", n.Name), Msg: "no interface in spec.domain.devices.interfaces uses this network"}
+		}
+	}
+	return nil
 }

@@ -202,6 +202,23 @@ func TestBuildDomainErrors(t *testing.T) {
 			vmi.Spec.Volumes = []v1.Volume{{Name: "r", VolumeSource: v1.VolumeSource{HostDisk: &v1.HostDisk{Path: "/nonexistent/x.img", Type: v1.HostDiskExists}}}}
 		}, "spec.volumes[name=r].hostDisk.path", "existing file"},
 		{"machine type", func(vmi *v1.VirtualMachineInstance) { vmi.Spec.Domain.Machine = &v1.Machine{Type: "virt"} }, "spec.domain.machine.type", "allowed: pc, q35"},
+		{"architecture", func(vmi *v1.VirtualMachineInstance) { vmi.Spec.Architecture = "arm64" }, "spec.architecture", "allowed: amd64"},
+		{"cpu model", func(vmi *v1.VirtualMachineInstance) { vmi.Spec.Domain.CPU = &v1.CPU{Model: "Haswell"} }, "spec.domain.cpu.model", "allowed: host-model"},
+		{"max sockets", func(vmi *v1.VirtualMachineInstance) { vmi.Spec.Domain.CPU = &v1.CPU{Sockets: 2, MaxSockets: 1} }, "spec.domain.cpu.maxSockets", "below"},
+		{"interface without network", func(vmi *v1.VirtualMachineInstance) {
+			vmi.Spec.Domain.Devices.Interfaces = []v1.Interface{{Name: "default"}}
+		}, "spec.domain.devices.interfaces[0].name", `no network named "default"`},
+		{"multus network", func(vmi *v1.VirtualMachineInstance) {
+			vmi.Spec.Domain.Devices.Interfaces = []v1.Interface{{Name: "n"}}
+			vmi.Spec.Networks = []v1.Network{{Name: "n", NetworkSource: v1.NetworkSource{Multus: &v1.MultusNetwork{NetworkName: "x"}}}}
+		}, "spec.networks[name=n]", "only the pod network"},
+		{"sriov binding", func(vmi *v1.VirtualMachineInstance) {
+			vmi.Spec.Domain.Devices.Interfaces = []v1.Interface{{Name: "default", InterfaceBindingMethod: v1.InterfaceBindingMethod{SRIOV: &v1.InterfaceSRIOV{}}}}
+			vmi.Spec.Networks = []v1.Network{*v1.DefaultPodNetwork()}
+		}, "spec.domain.devices.interfaces[0]", "bridge and masquerade"},
+		{"network without interface", func(vmi *v1.VirtualMachineInstance) {
+			vmi.Spec.Networks = []v1.Network{*v1.DefaultPodNetwork()}
+		}, "spec.networks[name=default]", "no interface"},
 		{"graphics", func(vmi *v1.VirtualMachineInstance) {
 			on := true
 			vmi.Spec.Domain.Devices.AutoattachGraphicsDevice = &on
@@ -234,10 +251,38 @@ func TestCheckSupported(t *testing.T) {
 	}
 	bad := map[string]any{"spec": map[string]any{
 		"networks": []any{map[string]any{"name": "default", "pod": map[string]any{}}},
-		"domain":   map[string]any{"devices": map[string]any{"interfaces": []any{map[string]any{"name": "default", "masquerade": map[string]any{}}}}},
+		"domain":   map[string]any{"devices": map[string]any{"interfaces": []any{map[string]any{"name": "default", "masquerade": map[string]any{}, "macAddress": "02:00:00:00:00:01"}}}},
 	}}
 	err := CheckSupported(bad)
-	if err == nil || !strings.Contains(err.Error(), "spec.domain.devices.interfaces[0].name") || !strings.Contains(err.Error(), "supported:") {
+	if err == nil || !strings.Contains(err.Error(), "spec.domain.devices.interfaces[0].macAddress") || !strings.Contains(err.Error(), "supported:") {
 		t.Fatalf("CheckSupported(bad) = %v, want the first unsupported field and the supported list", err)
+	}
+}
+
+// TestBuildDomainKubeVirtDefaults feeds the launcher what KubeVirt's
+// mutating webhook adds to every VMI (seen on cluster-lite): the host
+// architecture, host-model CPU with a socket limit, and the pod network
+// with the bridge binding, which becomes a virtio NIC on QEMU's user-mode
+// network.
+func TestBuildDomainKubeVirtDefaults(t *testing.T) {
+	images, _ := testImages(t)
+	vmi := baseVMI()
+	vmi.Spec.Architecture = "amd64"
+	vmi.Spec.Domain.CPU = &v1.CPU{Cores: 1, Sockets: 1, Threads: 1, MaxSockets: 4, Model: v1.CPUModeHostModel}
+	vmi.Spec.Domain.Devices.Interfaces = []v1.Interface{*v1.DefaultBridgeNetworkInterface()}
+	vmi.Spec.Networks = []v1.Network{*v1.DefaultPodNetwork()}
+	dom, err := BuildDomain(vmi, DomainOptions{Accel: AccelTCG, Images: images})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dom.Devices.Interfaces) != 1 || dom.Devices.Interfaces[0].Source.User == nil || dom.Devices.Interfaces[0].Model.Type != "virtio" {
+		t.Fatalf("interfaces = %+v, want one virtio NIC on the user-mode network", dom.Devices.Interfaces)
+	}
+	if dom.CPU.Mode != "" {
+		t.Fatalf("TCG CPU mode = %q, want QEMU's default model", dom.CPU.Mode)
+	}
+	dom, err = BuildDomain(vmi, DomainOptions{Accel: AccelKVM, Images: images})
+	if err != nil || dom.CPU.Mode != "host-model" {
+		t.Fatalf("KVM: mode %q, err %v; want host-model", dom.CPU.Mode, err)
 	}
 }

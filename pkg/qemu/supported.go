@@ -15,6 +15,14 @@ func supportedFields() []string {
 	return []string{
 		"apiVersion", "kind", "metadata.*", "status.*",
 		"spec.terminationGracePeriodSeconds",
+		// What KubeVirt's mutating webhook adds to every VMI: checked or
+		// honoured by BuildDomain (architecture, CPU model and limit,
+		// the pod network), or without effect on a single launch
+		// (evictionStrategy is a cluster policy).
+		"spec.architecture", "spec.evictionStrategy",
+		"spec.domain.cpu.model", "spec.domain.cpu.maxSockets",
+		"spec.domain.devices.interfaces[].name",
+		"spec.networks[].name",
 		"spec.domain.cpu.cores", "spec.domain.cpu.sockets", "spec.domain.cpu.threads",
 		"spec.domain.memory.guest",
 		"spec.domain.resources.requests.memory", "spec.domain.resources.requests.cpu",

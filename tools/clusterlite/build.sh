@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the cluster-lite binaries (a real etcd, kube-apiserver, ... from Go
-# modules) into OUT, default _build/bin/clusterlite of the repository.
+# modules) into OUT, default _build/clusterlite/bin of the repository.
 # Every directory here is its own Go module, so the main module's go.mod
 # never sees their dependencies. Go's build cache makes a rebuild of an
 # unchanged binary cheap.
@@ -9,7 +9,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-out=${1:-$here/../../_build/bin/clusterlite}
+out=${1:-$here/../../_build/clusterlite/bin}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 

@@ -1,0 +1,112 @@
+// Command clusterlite brings up a one-node KubeVirt on this machine, all on
+// loopback, and tears it down cleanly: a real etcd and kube-apiserver,
+// KubeVirt's CRDs, KubeVirt object, webhooks and APIService generated from
+// KubeVirt's own operator code, KubeVirt's real virt-controller and
+// virt-api (linked from kubevirt.io/kubevirt v1.6.0, built by
+// tools/clusterlite/build.sh), and our node agent, which plays kubelet and
+// virt-handler and runs our virt-launcher for every VMI.
+//
+// Usage:
+//
+//	clusterlite up [flags]
+//
+// "up" runs in the foreground. When the stack is ready it prints
+// "KUBECONFIG=<path>" on stdout (point kubectl-like clients and the cluster
+// lane at it); SIGINT or SIGTERM tears everything down: the VMs' launchers,
+// KubeVirt's components, the API server, etcd, the service address on lo
+// and, unless --keep-state, the state folder. Exit codes: 0 clean, 1 the
+// stack failed or did not stop cleanly, 3 bad flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/spf13/pflag"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprintln(os.Stderr, "usage: clusterlite up [flags]   (clusterlite up --help lists the flags)")
+		if len(args) == 0 {
+			return 3
+		}
+		return 0
+	}
+	if args[0] != "up" {
+		fmt.Fprintf(os.Stderr, "clusterlite: unknown command %q (the only command is \"up\")\n", args[0])
+		return 3
+	}
+	opts, err := parseUp(args[1:])
+	if errors.Is(err, pflag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "clusterlite up: %v\n", err)
+		return 3
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(opts.logLevel)); err != nil {
+		fmt.Fprintf(os.Stderr, "clusterlite up: --log-level %q: want debug, info, warn or error\n", opts.logLevel)
+		return 3
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := up(ctx, opts, logger); err != nil {
+		logger.Error("clusterlite failed", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// upOptions are the flags of "clusterlite up".
+type upOptions struct {
+	stateDir    string
+	keepState   bool
+	binDir      string
+	launcher    string
+	imageDir    string
+	nodeName    string
+	virtAPIIP   string
+	logLevel    string
+	launcherLog string
+}
+
+func parseUp(args []string) (upOptions, error) {
+	exe, _ := os.Executable()
+	binDir := filepath.Dir(exe)
+	o := upOptions{}
+	fs := pflag.NewFlagSet("clusterlite up", pflag.ContinueOnError)
+	fs.StringVar(&o.stateDir, "state-dir", "", "folder for etcd data, certificates, logs, kubeconfigs and the launchers' work (default: a new temporary folder)")
+	fs.BoolVar(&o.keepState, "keep-state", false, "keep the state folder (logs, kubeconfig) after tear-down")
+	fs.StringVar(&o.binDir, "bin-dir", filepath.Join(binDir, "..", "clusterlite", "bin"), "folder with etcd, kube-apiserver, virt-controller, virt-api and kubevirt-manifests (tools/clusterlite/build.sh)")
+	fs.StringVar(&o.launcher, "launcher", filepath.Join(binDir, "virt-launcher"), "our virt-launcher binary, run by the node agent for every VMI")
+	fs.StringVar(&o.imageDir, "image-dir", filepath.Join(binDir, "..", "images"), "the launcher's image folder (make images)")
+	fs.StringVar(&o.nodeName, "node-name", "clusterlite-node", "name of the one node")
+	fs.StringVar(&o.virtAPIIP, "virt-api-ip", "10.254.0.10", "address added to lo for virt-api's Service (inside 10.254.0.0/24; not loopback, which Endpoints refuse)")
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&o.launcherLog, "launcher-log-level", "info", "--log-level passed to every virt-launcher")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q: \"up\" takes flags only", fs.Args())
+	}
+	for name, p := range map[string]string{"--launcher": o.launcher, "--image-dir": o.imageDir, "--bin-dir": o.binDir} {
+		if _, err := os.Stat(p); err != nil {
+			return o, fmt.Errorf("%s %s: %w (build with `make build images clusterlite`)", name, p, err)
+		}
+	}
+	return o, nil
+}
