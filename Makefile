@@ -5,13 +5,16 @@ SHELL := /bin/bash
 GO ?= go
 BUILD := _build
 BIN := $(BUILD)/bin
+# cluster-lite's upstream components (etcd, kube-apiserver, KubeVirt's
+# virt-controller and virt-api), each built in its own module under tools/.
+CLUSTERLITE_BIN := $(BUILD)/clusterlite/bin
 IMAGES := $(BUILD)/images
 DEB_PACKAGES := qemu-system-x86 qemu-utils libvirt-daemon libvirt-daemon-driver-qemu libvirt-daemon-system \
-	libvirt-clients libvirt-dev busybox-static cpio pkg-config
+	libvirt-clients libvirt-dev busybox-static cpio pkg-config iproute2
 FUZZTIME ?= 20s
 FUNCTEST_FLAGS ?=
 
-.PHONY: all deps images build run run-launcher test unit functest fuzz lint bench clean
+.PHONY: all deps images build clusterlite cluster-up run run-launcher test unit functest fuzz lint bench clean
 
 all: build
 
@@ -32,6 +35,14 @@ images: deps
 build: deps
 	$(GO) build -o $(BIN)/ ./cmd/...
 
+## clusterlite: build etcd, kube-apiserver and KubeVirt's virt-controller/virt-api from Go modules (tools/clusterlite)
+clusterlite: deps
+	tools/clusterlite/build.sh $(CLUSTERLITE_BIN)
+
+## cluster-up: a one-node KubeVirt on loopback in the foreground (Ctrl-C tears it down); prints KUBECONFIG=
+cluster-up: build images clusterlite
+	$(BIN)/clusterlite up
+
 ## run: the main job: a real VM through a crash loop (3 real QEMU start failures) and its recovery
 run: build images
 	examples/demo.sh
@@ -43,8 +54,8 @@ run-launcher: build images
 ## test: unit tests, a short fuzz run, lint, and the functional suites on real VMs
 test: unit fuzz lint functest
 
-unit: deps
-	$(GO) test -count=1 ./pkg/... ./cmd/...
+unit: deps clusterlite
+	CLUSTERLITE_BIN_DIR=$(CURDIR)/$(CLUSTERLITE_BIN) $(GO) test -count=1 ./pkg/... ./cmd/...
 
 fuzz: deps
 	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./pkg/faults
@@ -53,10 +64,11 @@ fuzz: deps
 lint: deps
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	@set -e; for m in tools/clusterlite/*/; do (cd $$m && $(GO) vet ./...); done
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
 ## functest: the ginkgo suites on real VMs; one JUnit file per suite in _build/junit/
-functest: build images
+functest: build images clusterlite
 	@mkdir -p $(BUILD)/junit
 	@set -e; for suite in $$(grep -l 'RunSpecs(' functests/*/*_test.go | xargs -n1 dirname | sort -u); do \
 		name=$$(basename $$suite); \
