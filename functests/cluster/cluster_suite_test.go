@@ -1,76 +1,199 @@
 package cluster_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	k8sv1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	v1 "kubevirt.io/api/core/v1"
+	"k8s.io/client-go/tools/clientcmd"
 	"kubevirt.io/client-go/kubecli"
 
-	"github.com/crashloop-harness/crashloop/functests/cluster"
+	"github.com/crashloop-harness/crashloop/functests/ctlharness"
 )
-
-const failFast = "kubevirt.io/func-test-virt-launcher-fail-fast"
-
-var client kubecli.KubevirtClient
 
 func TestCluster(t *testing.T) {
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "KubeVirt cluster lane", Label("cluster"))
 }
 
-// skipLane says in one line why the lane does not run, and skips it.
-func skipLane(reason string) {
-	fmt.Println("cluster lane skipped: " + reason)
-	Skip("cluster lane skipped: " + reason)
+var (
+	client kubecli.KubevirtClient
+	// lite is the cluster-lite stack this suite brought up; nil when
+	// KUBECONFIG points at another cluster.
+	lite *liteStack
+	// bins are our own binaries, for the differential half (our
+	// virt-controller runs on this machine whichever cluster is used).
+	bins ctlharness.Binaries
+	// artifacts receives logs worth keeping.
+	artifacts string
+)
+
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }
 
 var _ = BeforeSuite(func() {
+	repo := repoRoot()
+	bin := filepath.Join(repo, "_build", "bin")
+	bins = ctlharness.Binaries{
+		Controller: filepath.Join(bin, "virt-controller"),
+		Launcher:   filepath.Join(bin, "virt-launcher"),
+		ImageDir:   filepath.Join(repo, "_build", "images"),
+	}
+	artifacts = filepath.Join(repo, "_build", "artifacts", "cluster")
+	Expect(os.MkdirAll(artifacts, 0o755)).To(Succeed())
+	for _, p := range []string{bins.Controller, bins.Launcher, filepath.Join(bins.ImageDir, "images.json")} {
+		_, err := os.Stat(p)
+		Expect(err).NotTo(HaveOccurred(), "the cluster lane needs our binaries and the test guest: run `make build images`")
+	}
+
 	kubeconfig := os.Getenv("KUBECONFIG")
 	if kubeconfig == "" {
-		skipLane("KUBECONFIG is not set (point it at a KubeVirt cluster to run this lane)")
+		By("bringing up cluster-lite: etcd, kube-apiserver, KubeVirt's virt-controller and virt-api, and our node agent")
+		lite = startLite(repo)
+		kubeconfig = lite.kubeconfig
 	}
 	var err error
 	client, err = kubecli.GetKubevirtClientFromFlags("", kubeconfig)
-	if err != nil {
-		skipLane(fmt.Sprintf("KUBECONFIG %s gives no client: %v", kubeconfig, err))
-	}
+	Expect(err).NotTo(HaveOccurred(), "KUBECONFIG %s gives no client", kubeconfig)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := client.VirtualMachine(k8sv1.NamespaceDefault).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
-		skipLane(fmt.Sprintf("the cluster at KUBECONFIG %s does not serve KubeVirt VirtualMachines: %v", kubeconfig, err))
+	_, err = client.VirtualMachine(namespace()).List(ctx, metav1.ListOptions{Limit: 1})
+	Expect(err).NotTo(HaveOccurred(), "the cluster at KUBECONFIG %s does not serve KubeVirt VirtualMachines", kubeconfig)
+})
+
+var _ = AfterSuite(func() {
+	if lite != nil {
+		lite.stop()
 	}
 })
 
-// crashingVM is a small VM whose launcher crashes at once (KubeVirt's own
-// fail-fast annotation) under the given run strategy.
-func crashingVM(strategy v1.VirtualMachineRunStrategy) *v1.VirtualMachine {
-	return &v1.VirtualMachine{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "crashloop-", Namespace: namespace()},
-		Spec: v1.VirtualMachineSpec{
-			RunStrategy: &strategy,
-			Template: &v1.VirtualMachineInstanceTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{failFast: ""}},
-				Spec: v1.VirtualMachineInstanceSpec{Domain: v1.DomainSpec{
-					Resources: v1.ResourceRequirements{Requests: k8sv1.ResourceList{k8sv1.ResourceMemory: resourceMust("128Mi")}},
-					Devices:   v1.Devices{Disks: []v1.Disk{{Name: "containerdisk"}}},
-				},
-					Volumes: []v1.Volume{{Name: "containerdisk", VolumeSource: v1.VolumeSource{ContainerDisk: &v1.ContainerDiskSource{
-						Image: envOr("CLUSTER_LANE_IMAGE", "quay.io/kubevirt/cirros-container-disk-demo:latest")}}}}},
-			},
-		},
-	}
+// liteStack is a running "clusterlite up".
+type liteStack struct {
+	cmd        *exec.Cmd
+	stateDir   string
+	kubeconfig string
+	server     string
+	logPath    string
+	done       chan struct{}
+	pids       []int
+	started    time.Time
 }
 
-func namespace() string { return envOr("CLUSTER_LANE_NAMESPACE", k8sv1.NamespaceDefault) }
+// startLite runs "clusterlite up" on a fresh state folder and waits until
+// it says the stack is ready.
+func startLite(repo string) *liteStack {
+	liteBin := filepath.Join(repo, "_build", "bin", "clusterlite")
+	binDir := filepath.Join(repo, "_build", "clusterlite", "bin")
+	for _, p := range []string{liteBin, filepath.Join(binDir, "kube-apiserver"), filepath.Join(binDir, "virt-controller")} {
+		_, err := os.Stat(p)
+		Expect(err).NotTo(HaveOccurred(), "cluster-lite is not built: run `make clusterlite` (or set KUBECONFIG to use another cluster)")
+	}
+	state, err := os.MkdirTemp("", "clusterlite-lane-")
+	Expect(err).NotTo(HaveOccurred())
+	s := &liteStack{stateDir: state, logPath: filepath.Join(artifacts, "clusterlite.log"), done: make(chan struct{}), started: time.Now()}
+	logf, err := os.Create(s.logPath)
+	Expect(err).NotTo(HaveOccurred())
+	s.cmd = exec.Command(liteBin, "up", "--state-dir", state, "--bin-dir", binDir,
+		"--launcher", bins.Launcher, "--image-dir", bins.ImageDir)
+	s.cmd.Stderr = logf
+	stdout, err := s.cmd.StdoutPipe()
+	Expect(err).NotTo(HaveOccurred())
+	Expect(s.cmd.Start()).To(Succeed())
+	ready := make(chan string, 1)
+	go func() {
+		defer close(s.done)
+		defer logf.Close()
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			line := sc.Text()
+			fmt.Fprintln(GinkgoWriter, "clusterlite: "+line)
+			if k, ok := strings.CutPrefix(line, "KUBECONFIG="); ok {
+				ready <- k
+			}
+		}
+		_ = s.cmd.Wait()
+	}()
+	select {
+	case s.kubeconfig = <-ready:
+	case <-s.done:
+		Fail("clusterlite up exited before the stack was ready; its log: " + s.logPath + "\n" + tail(s.logPath, 3000))
+	case <-time.After(5 * time.Minute):
+		s.stop()
+		Fail("cluster-lite was not ready within 5 minutes; its log: " + s.logPath + "\n" + tail(s.logPath, 3000))
+	}
+	fmt.Fprintf(GinkgoWriter, "cluster-lite ready in %s\n", time.Since(s.started).Round(100*time.Millisecond))
+	cfg, err := clientcmd.LoadFromFile(s.kubeconfig)
+	Expect(err).NotTo(HaveOccurred())
+	for _, c := range cfg.Clusters {
+		s.server = c.Server
+	}
+	s.pids = readPIDs(filepath.Join(state, "pids"))
+	return s
+}
+
+// stop ends "clusterlite up" with SIGTERM and checks that it leaves
+// nothing behind: no process it started, no listening port, no folder.
+func (s *liteStack) stop() {
+	begin := time.Now()
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(3 * time.Minute):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+		Fail("clusterlite up did not stop within 3 minutes of SIGTERM")
+	}
+	fmt.Fprintf(GinkgoWriter, "cluster-lite stopped in %s\n", time.Since(begin).Round(100*time.Millisecond))
+	Expect(s.cmd.ProcessState.ExitCode()).To(Equal(0), "clusterlite up exit status; log %s:\n%s", s.logPath, tail(s.logPath, 3000))
+	Expect(s.pids).NotTo(BeEmpty(), "clusterlite wrote no pids file")
+	for _, pid := range s.pids {
+		Expect(syscall.Kill(pid, 0)).To(MatchError(syscall.ESRCH), "process %d of cluster-lite is still alive", pid)
+	}
+	if u, err := url.Parse(s.server); err == nil {
+		_, err := net.DialTimeout("tcp", u.Host, time.Second)
+		Expect(err).To(HaveOccurred(), "the API server's port %s still answers", u.Host)
+	}
+	_, err := os.Stat(s.stateDir)
+	Expect(os.IsNotExist(err)).To(BeTrue(), "state folder %s left behind", s.stateDir)
+}
+
+func readPIDs(path string) []int {
+	data, err := os.ReadFile(path)
+	Expect(err).NotTo(HaveOccurred(), "cluster-lite's pids file")
+	var pids []int
+	for _, f := range strings.Fields(string(data)) {
+		if n, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, n)
+		}
+	}
+	return pids
+}
+
+func tail(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
+func namespace() string { return envOr("CLUSTER_LANE_NAMESPACE", "default") }
 
 func envOr(k, def string) string {
 	if v := os.Getenv(k); v != "" {
@@ -78,68 +201,3 @@ func envOr(k, def string) string {
 	}
 	return def
 }
-
-// recorder polls the VM's VMIs and keeps every attempt it saw.
-type recorder struct {
-	vm       *v1.VirtualMachine
-	attempts map[types.UID]cluster.Attempt
-}
-
-func (r *recorder) poll(ctx context.Context) *v1.VirtualMachine {
-	vm, err := client.VirtualMachine(r.vm.Namespace).Get(ctx, r.vm.Name, metav1.GetOptions{})
-	Expect(err).NotTo(HaveOccurred())
-	vmi, err := client.VirtualMachineInstance(r.vm.Namespace).Get(ctx, r.vm.Name, metav1.GetOptions{})
-	if err == nil {
-		r.attempts[vmi.UID] = cluster.AttemptFrom(vmi)
-	}
-	return vm
-}
-
-func (r *recorder) list() []cluster.Attempt {
-	var out []cluster.Attempt
-	for _, a := range r.attempts {
-		out = append(out, a)
-	}
-	return out
-}
-
-func failCount(vm *v1.VirtualMachine) int {
-	if vm.Status.StartFailure == nil {
-		return 0
-	}
-	return vm.Status.StartFailure.ConsecutiveFailCount
-}
-
-var _ = Describe("KubeVirt's crash-loop backoff on a real cluster", func() {
-	DescribeTable("a fail-fast VM loops inside the envelope, stops on request, and recovers when the annotation goes",
-		func(strategy v1.VirtualMachineRunStrategy) {
-			ctx := context.Background()
-			vm, err := client.VirtualMachine(namespace()).Create(ctx, crashingVM(strategy), metav1.CreateOptions{})
-			Expect(err).NotTo(HaveOccurred())
-			DeferCleanup(func() {
-				_ = client.VirtualMachine(vm.Namespace).Delete(context.Background(), vm.Name, metav1.DeleteOptions{})
-			})
-			rec := &recorder{vm: vm, attempts: map[types.UID]cluster.Attempt{}}
-			By("crash looping to a failure count of 3")
-			Eventually(func() int { return failCount(rec.poll(ctx)) }).WithTimeout(6 * time.Minute).WithPolling(500 * time.Millisecond).Should(BeNumerically(">=", 3))
-			Expect(rec.poll(ctx).Status.PrintableStatus).To(Equal(v1.VirtualMachineStatusCrashLoopBackOff))
-			Expect(cluster.CheckEnvelope(cluster.Gaps(rec.list(), 1), 2*time.Second)).To(Succeed())
-
-			By("stopping it in the middle of the loop")
-			Expect(client.VirtualMachine(vm.Namespace).Stop(ctx, vm.Name, &v1.StopOptions{})).To(Succeed())
-			Eventually(func() v1.VirtualMachinePrintableStatus { return rec.poll(ctx).Status.PrintableStatus }).WithTimeout(time.Minute).Should(Equal(v1.VirtualMachineStatusStopped))
-			Expect(rec.poll(ctx).Status.StartFailure).To(BeNil(), "a manual stop clears the record")
-
-			By("removing the fail-fast annotation and starting it again")
-			patch, err := cluster.RemoveTemplateAnnotationPatch(failFast)
-			Expect(err).NotTo(HaveOccurred())
-			_, err = client.VirtualMachine(vm.Namespace).Patch(ctx, vm.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
-			Expect(err).NotTo(HaveOccurred())
-			Expect(client.VirtualMachine(vm.Namespace).Start(ctx, vm.Name, &v1.StartOptions{})).To(Succeed())
-			Eventually(func() v1.VirtualMachinePrintableStatus { return rec.poll(ctx).Status.PrintableStatus }).WithTimeout(5 * time.Minute).Should(Equal(v1.VirtualMachineStatusRunning))
-			Expect(rec.poll(ctx).Status.StartFailure).To(BeNil())
-		},
-		Entry("runStrategy Always", v1.RunStrategyAlways),
-		Entry("runStrategy RerunOnFailure", v1.RunStrategyRerunOnFailure),
-	)
-})

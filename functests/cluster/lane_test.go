@@ -2,9 +2,12 @@ package cluster
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/crashloop-harness/crashloop/pkg/controller"
 )
 
 func TestRemoveTemplateAnnotationPatch(t *testing.T) {
@@ -65,5 +68,61 @@ func TestGapsAndEnvelope(t *testing.T) {
 	// Scaled.
 	if g := Gaps([]Attempt{{Created: at(0), Finished: at(1)}, {Created: at(2)}}, 0.1); g[0].Low != time.Second || g[0].High != 1500*time.Millisecond {
 		t.Fatalf("scaled bounds = %v..%v", g[0].Low, g[0].High)
+	}
+}
+
+func TestCompareLoops(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	trace := func(steps ...any) Trace {
+		var tr Trace
+		for i := 0; i < len(steps); i += 2 {
+			tr = tr.Add(Sample{At: t0.Add(time.Duration(i) * time.Second), Status: steps[i].(string), Count: steps[i+1].(int)})
+		}
+		return tr
+	}
+	loop := trace("Starting", 0, "CrashLoopBackOff", 1, "Starting", 1, "CrashLoopBackOff", 2, "CrashLoopBackOff", 2, "Starting", 2, "CrashLoopBackOff", 3)
+	if got := loop.Counts(); !slices.Equal(got, []int{0, 1, 2, 3}) {
+		t.Fatalf("counts %v", got)
+	}
+	if len(loop) != 6 {
+		t.Fatalf("repeated sample kept: %d samples", len(loop))
+	}
+	missedStarting := trace("CrashLoopBackOff", 1, "CrashLoopBackOff", 2, "CrashLoopBackOff", 3, "Stopped", 0)
+	if err := CompareLoops(loop, missedStarting, "kubevirt", "ours", 3); err != nil {
+		t.Fatalf("a missed transient Starting is not a difference: %v", err)
+	}
+	skipped := trace("CrashLoopBackOff", 1, "CrashLoopBackOff", 3)
+	err := CompareLoops(loop, skipped, "kubevirt", "ours", 3)
+	if err == nil || !strings.Contains(err.Error(), "kubevirt [1 2 3], ours [1 3]") || !strings.Contains(err.Error(), "ours never showed CrashLoopBackOff at count 2") {
+		t.Fatalf("skipped count not reported: %v", err)
+	}
+	noLoopStatus := trace("Starting", 1, "Starting", 2, "Starting", 3)
+	noLoopStatus = append(Trace{{Count: 0, Status: "Starting"}}, noLoopStatus...)
+	if err := CompareLoops(loop, noLoopStatus, "kubevirt", "ours", 3); err == nil || !strings.Contains(err.Error(), "ours never showed CrashLoopBackOff at count 1 (statuses [Starting])") {
+		t.Fatalf("missing CrashLoopBackOff not reported: %v", err)
+	}
+}
+
+func TestControllerAttemptsAndTrace(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	events := []controller.Event{
+		{Time: at(0), Event: "Started", VMIUID: "a", PrintableStatus: "Starting"},
+		{Time: at(1), Event: "Exited", VMIUID: "a", Phase: "Failed", PrintableStatus: "Starting"},
+		{Time: at(1), Event: "BackoffPlanned", FailCount: 1, PrintableStatus: "CrashLoopBackOff"},
+		{Time: at(12), Event: "Started", VMIUID: "b", FailCount: 1, PrintableStatus: "Starting"},
+		{Time: at(13), Event: "Phase", VMIUID: "b", Phase: "Running", FailCount: 1, PrintableStatus: "Running"},
+		{Time: at(13), Event: "RecordCleared", PrintableStatus: "Running"},
+	}
+	as := ControllerAttempts(events)
+	if len(as) != 2 || !as[0].Finished.Equal(at(1)) || as[0].Running || !as[1].Running || !as[1].Created.Equal(at(12)) {
+		t.Fatalf("attempts %+v", as)
+	}
+	tr := ControllerTrace(events)
+	if got := tr.Counts(); !slices.Equal(got, []int{0, 1, 0}) {
+		t.Fatalf("counts %v (trace %+v)", got, tr)
+	}
+	if tr.Last().Status != "Running" {
+		t.Fatalf("last %+v", tr.Last())
 	}
 }

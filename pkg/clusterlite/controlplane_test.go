@@ -6,13 +6,16 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -60,6 +63,7 @@ func TestControlPlane(t *testing.T) {
 		BinDir:   binDir,
 		StateDir: state,
 		Logger:   slog.New(slog.NewTextHandler(t.Output(), nil)),
+		Users:    []string{"system:serviceaccount:kubevirt:kubevirt-handler"},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -125,6 +129,42 @@ func TestControlPlane(t *testing.T) {
 
 	t.Run("aggregation", func(t *testing.T) { checkAggregation(ctx, t, cp, cs) })
 
+	// An extra user authenticates as itself, by REST config and kubeconfig.
+	const user = "system:serviceaccount:kubevirt:kubevirt-handler"
+	for name, cfg := range map[string]func() (*rest.Config, error){
+		"RESTConfigFor": func() (*rest.Config, error) { return cp.RESTConfigFor(user), nil },
+		"KubeconfigFor": func() (*rest.Config, error) { return clientcmd.BuildConfigFromFlags("", cp.KubeconfigFor(user)) },
+	} {
+		c, err := cfg()
+		if err != nil || c == nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		ucs, err := kubernetes.NewForConfig(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		review, err := ucs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authv1.SelfSubjectReview{}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("%s: self subject review: %v", name, err)
+		}
+		if got := review.Status.UserInfo.Username; got != user {
+			t.Errorf("%s authenticates as %q, want %q", name, got, user)
+		}
+		if !slices.Contains(review.Status.UserInfo.Groups, "system:serviceaccounts:kubevirt") {
+			t.Errorf("%s groups %v, want system:serviceaccounts:kubevirt", name, review.Status.UserInfo.Groups)
+		}
+	}
+	if cp.RESTConfigFor("nobody") != nil {
+		t.Error("RESTConfigFor an unknown user is not nil")
+	}
+
+	// A process started next to the control plane is stopped by Stop.
+	sleeper, err := cp.StartProcess("sleeper", "/bin/sleep", []string{"600"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids = append(pids, sleeper.PID())
+
 	begin = time.Now()
 	err = cp.Stop(ctx)
 	stopped = true
@@ -136,6 +176,11 @@ func TestControlPlane(t *testing.T) {
 		if m := awaitGroupGone(t, pid, 2*time.Second); len(m) != 0 {
 			t.Errorf("processes %v left after Stop", m)
 		}
+	}
+	select {
+	case <-sleeper.Done():
+	default:
+		t.Error("the started process is not reported done after Stop")
 	}
 	for _, a := range addrs {
 		if c, err := net.DialTimeout("tcp", a, time.Second); err == nil {

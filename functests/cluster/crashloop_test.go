@@ -1,0 +1,345 @@
+package cluster_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	k8sv1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	v1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/crashloop-harness/crashloop/functests/cluster"
+	"github.com/crashloop-harness/crashloop/functests/ctlharness"
+)
+
+const failFast = v1.FuncTestLauncherFailFastAnnotation
+
+// testGuestImage is the guest our launcher boots (images/guest).
+const testGuestImage = "localhost/crashloop/test-guest:latest"
+
+// crashingVM is a small VM whose launcher crashes at once (KubeVirt's own
+// fail-fast annotation) under the given run strategy. On cluster-lite and
+// for our controller it boots the test guest by kernel boot; on another
+// cluster it uses a container disk (CLUSTER_LANE_IMAGE, cirros by default).
+func crashingVM(name string, strategy v1.VirtualMachineRunStrategy, testGuest bool) *v1.VirtualMachine {
+	grace := int64(10)
+	spec := v1.VirtualMachineInstanceSpec{
+		TerminationGracePeriodSeconds: &grace,
+		Domain: v1.DomainSpec{
+			Resources: v1.ResourceRequirements{Requests: k8sv1.ResourceList{k8sv1.ResourceMemory: resource.MustParse("256Mi")}},
+			Devices:   v1.Devices{Disks: []v1.Disk{{Name: "containerdisk", DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{Bus: v1.DiskBusVirtio}}}}},
+		},
+		Volumes: []v1.Volume{{Name: "containerdisk", VolumeSource: v1.VolumeSource{ContainerDisk: &v1.ContainerDiskSource{
+			Image: envOr("CLUSTER_LANE_IMAGE", "quay.io/kubevirt/cirros-container-disk-demo:latest")}}}},
+	}
+	if testGuest {
+		spec.Volumes[0].ContainerDisk.Image = testGuestImage
+		spec.Domain.Firmware = &v1.Firmware{KernelBoot: &v1.KernelBoot{
+			KernelArgs: "console=ttyS0 quiet panic=-1",
+			Container:  &v1.KernelBootContainer{Image: testGuestImage, KernelPath: "/boot/vmlinuz", InitrdPath: "/boot/initrd.img"},
+		}}
+	}
+	return &v1.VirtualMachine{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1.GroupVersion.String(), Kind: "VirtualMachine"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace()},
+		Spec: v1.VirtualMachineSpec{
+			RunStrategy: &strategy,
+			Template: &v1.VirtualMachineInstanceTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{failFast: ""}},
+				Spec:       spec,
+			},
+		},
+	}
+}
+
+// kvLoop follows one VM on the cluster through watches, so that no
+// status and no VMI is missed: a fail-fast VMI can be created, fail and be
+// deleted within a few hundred milliseconds.
+type kvLoop struct {
+	name     string
+	strategy v1.VirtualMachineRunStrategy
+
+	mu       sync.Mutex
+	trace    cluster.Trace
+	attempts map[types.UID]cluster.Attempt
+	vm       *v1.VirtualMachine
+}
+
+func (l *kvLoop) record(obj runtime.Object) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch o := obj.(type) {
+	case *v1.VirtualMachine:
+		l.vm = o
+		count := 0
+		if o.Status.StartFailure != nil {
+			count = o.Status.StartFailure.ConsecutiveFailCount
+		}
+		l.trace = l.trace.Add(cluster.Sample{At: time.Now(), Status: string(o.Status.PrintableStatus), Count: count})
+	case *v1.VirtualMachineInstance:
+		l.attempts[o.UID] = cluster.AttemptFrom(o)
+	}
+}
+
+// follow watches the VM and its VMIs until ctx ends, re-opening a watch
+// that the server closes.
+func (l *kvLoop) follow(ctx context.Context) {
+	opts := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", l.name).String()}
+	watchers := []func() (watch.Interface, error){
+		func() (watch.Interface, error) { return client.VirtualMachine(namespace()).Watch(ctx, opts) },
+		func() (watch.Interface, error) { return client.VirtualMachineInstance(namespace()).Watch(ctx, opts) },
+	}
+	for _, open := range watchers {
+		go func() {
+			for ctx.Err() == nil {
+				w, err := open()
+				if err != nil {
+					time.Sleep(200 * time.Millisecond)
+					continue
+				}
+				for ev := range w.ResultChan() {
+					if ev.Type != watch.Error {
+						l.record(ev.Object)
+					}
+				}
+				w.Stop()
+			}
+		}()
+	}
+}
+
+func (l *kvLoop) snapshot() (cluster.Trace, []cluster.Attempt, *v1.VirtualMachine) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var as []cluster.Attempt
+	for _, a := range l.attempts {
+		as = append(as, a)
+	}
+	return append(cluster.Trace(nil), l.trace...), as, l.vm
+}
+
+// ourLoop is the same VM run by our virt-controller.
+type ourLoop struct {
+	name     string
+	manifest string
+}
+
+func (o ourLoop) snapshot(p *ctlharness.Proc) (cluster.Trace, []cluster.Attempt) {
+	evs := p.Events("", namespace()+"/"+o.name)
+	return cluster.ControllerTrace(evs), cluster.ControllerAttempts(evs)
+}
+
+// createdBetween counts attempts created after from and before to, with
+// one second of margin at the end for Kubernetes' whole-second timestamps.
+func createdBetween(as []cluster.Attempt, from, to time.Time) int {
+	n := 0
+	for _, a := range as {
+		if a.Created.After(from) && a.Created.Before(to.Add(-time.Second)) {
+			n++
+		}
+	}
+	return n
+}
+
+// gapTable prints the first n gaps of a run, one line each.
+func gapTable(who string, gaps []cluster.Gap, n int) string {
+	var b strings.Builder
+	for i, g := range gaps {
+		if i == n {
+			break
+		}
+		fmt.Fprintf(&b, "%-32s failure %d: waited %6.2fs, envelope %v..%v\n", who, g.Count, g.Observed.Seconds(), g.Low, g.High)
+	}
+	return b.String()
+}
+
+func writeVM(dir string, vm *v1.VirtualMachine) string {
+	data, err := yaml.Marshal(vm)
+	Expect(err).NotTo(HaveOccurred())
+	p := filepath.Join(dir, vm.Name+".yaml")
+	Expect(os.WriteFile(p+".tmp", data, 0o644)).To(Succeed())
+	Expect(os.Rename(p+".tmp", p)).To(Succeed())
+	return p
+}
+
+var _ = Describe("crash loops on KubeVirt's own controller and on ours", Ordered, func() {
+	const upTo = 3 // failure counts whose retry delay is checked
+	var (
+		ctx        context.Context
+		cancel     context.CancelFunc
+		kv         = map[v1.VirtualMachineRunStrategy]*kvLoop{}
+		ours       = map[v1.VirtualMachineRunStrategy]ourLoop{}
+		proc       *ctlharness.Proc
+		work       string
+		stoppedAt  time.Time
+		strategies = []v1.VirtualMachineRunStrategy{v1.RunStrategyAlways, v1.RunStrategyRerunOnFailure}
+	)
+	short := map[v1.VirtualMachineRunStrategy]string{v1.RunStrategyAlways: "always", v1.RunStrategyRerunOnFailure: "rerun"}
+
+	BeforeAll(func() {
+		ctx, cancel = context.WithCancel(context.Background())
+		DeferCleanup(cancel)
+		var err error
+		work, err = os.MkdirTemp("", "cluster-lane-")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(os.RemoveAll, work)
+		suffix := fmt.Sprintf("%d", time.Now().Unix()%100000)
+		var manifests []string
+		for _, s := range strategies {
+			l := &kvLoop{name: "kv-" + short[s] + "-" + suffix, strategy: s, attempts: map[types.UID]cluster.Attempt{}}
+			_, err := client.VirtualMachine(namespace()).Create(ctx, crashingVM(l.name, s, lite != nil), metav1.CreateOptions{})
+			Expect(err).NotTo(HaveOccurred())
+			kv[s] = l
+			DeferCleanup(func() {
+				bg := context.Background()
+				_ = client.VirtualMachine(namespace()).Delete(bg, l.name, metav1.DeleteOptions{})
+				Eventually(func() bool {
+					_, err := client.VirtualMachineInstance(namespace()).Get(bg, l.name, metav1.GetOptions{})
+					return apierrors.IsNotFound(err)
+				}).WithTimeout(2*time.Minute).WithPolling(time.Second).Should(BeTrue(), "VMI %s not gone after its VM was deleted", l.name)
+			})
+			l.follow(ctx)
+			o := ourLoop{name: "ours-" + short[s] + "-" + suffix}
+			o.manifest = writeVM(work, crashingVM(o.name, s, true))
+			ours[s] = o
+			manifests = append(manifests, o.manifest)
+		}
+		proc = ctlharness.Start(bins, filepath.Join(work, "state"), work, int(time.Now().UnixNano()%1000), nil, manifests...)
+	})
+
+	It("loops with counts 1, 2, 3, shows CrashLoopBackOff, and waits inside KubeVirt's envelope on both controllers", func() {
+		By("waiting for the fourth attempt of every VM (the retry after failure 3)")
+		Eventually(func() string {
+			var missing []string
+			for _, s := range strategies {
+				if _, as, _ := kv[s].snapshot(); len(as) < upTo+1 {
+					missing = append(missing, fmt.Sprintf("%s: %d attempts", kv[s].name, len(as)))
+				}
+				if _, as := ours[s].snapshot(proc); len(as) < upTo+1 {
+					missing = append(missing, fmt.Sprintf("%s: %d attempts", ours[s].name, len(as)))
+				}
+			}
+			return strings.Join(missing, ", ")
+		}).WithTimeout(6 * time.Minute).WithPolling(time.Second).Should(BeEmpty())
+
+		var table strings.Builder
+		for _, s := range strategies {
+			kvTrace, kvAttempts, vm := kv[s].snapshot()
+			ourTrace, ourAttempts := ours[s].snapshot(proc)
+			kvGaps, ourGaps := cluster.Gaps(kvAttempts, 1), cluster.Gaps(ourAttempts, 1)
+			table.WriteString(gapTable("KubeVirt "+string(s), kvGaps, upTo))
+			table.WriteString(gapTable("ours "+string(s), ourGaps, upTo))
+			Expect(len(kvGaps)).To(BeNumerically(">=", upTo), "KubeVirt %s gaps %+v", s, kvGaps)
+			Expect(len(ourGaps)).To(BeNumerically(">=", upTo), "our %s gaps %+v", s, ourGaps)
+			// Kubernetes timestamps have whole seconds: 2 s of slack for
+			// KubeVirt's side; ours are exact to the nanosecond.
+			Expect(cluster.CheckEnvelope(kvGaps[:upTo], 2*time.Second)).To(Succeed(), "KubeVirt %s", s)
+			Expect(cluster.CheckEnvelope(ourGaps[:upTo], 500*time.Millisecond)).To(Succeed(), "ours %s", s)
+			Expect(vm.Status.StartFailure).NotTo(BeNil())
+			Expect(vm.Status.StartFailure.ConsecutiveFailCount).To(BeNumerically(">=", upTo))
+			Expect(cluster.CompareLoops(kvTrace, ourTrace, "KubeVirt "+string(s), "ours "+string(s), upTo)).To(Succeed(),
+				"KubeVirt trace %+v\nour trace %+v", kvTrace, ourTrace)
+			fmt.Fprintf(GinkgoWriter, "KubeVirt %s statuses by count: %v / %v / %v; ours: %v / %v / %v\n", s,
+				kvTrace.StatusesAt(1), kvTrace.StatusesAt(2), kvTrace.StatusesAt(3), ourTrace.StatusesAt(1), ourTrace.StatusesAt(2), ourTrace.StatusesAt(3))
+		}
+		fmt.Fprint(GinkgoWriter, table.String())
+		Expect(os.WriteFile(filepath.Join(artifacts, "gaps.txt"), []byte(table.String()), 0o644)).To(Succeed())
+	})
+
+	It("stops in the middle of the loop and clears the record; KubeVirt refuses to stop RerunOnFailure, ours does not", func() {
+		stoppedAt = time.Now()
+		By("KubeVirt, Always: the stop subresource")
+		Expect(client.VirtualMachine(namespace()).Stop(ctx, kv[v1.RunStrategyAlways].name, &v1.StopOptions{})).To(Succeed())
+
+		By("KubeVirt, RerunOnFailure: the stop subresource while no VMI is live")
+		err := client.VirtualMachine(namespace()).Stop(ctx, kv[v1.RunStrategyRerunOnFailure].name, &v1.StopOptions{})
+		fmt.Fprintf(GinkgoWriter, "KubeVirt stop of a RerunOnFailure VM in CrashLoopBackOff: %v\n", err)
+		if lite != nil {
+			// KubeVirt v1.6.0, pkg/virt-api/rest/lifecycle.go: for
+			// RerunOnFailure and Manual, no VMI or a final one is a conflict.
+			Expect(apierrors.IsConflict(err)).To(BeTrue(), "expected KubeVirt v1.6.0's 409, got %v", err)
+			Expect(err.Error()).To(ContainSubstring("VM is not running"))
+		}
+		if err != nil {
+			By("KubeVirt, RerunOnFailure: the only way out is to change the run strategy to Halted")
+			patch := []byte(`[{"op":"replace","path":"/spec/runStrategy","value":"Halted"}]`)
+			_, err = client.VirtualMachine(namespace()).Patch(ctx, kv[v1.RunStrategyRerunOnFailure].name, types.JSONPatchType, patch, metav1.PatchOptions{})
+			Expect(err).NotTo(HaveOccurred())
+		}
+
+		By("ours, both strategies: virt-controller stop")
+		for _, s := range strategies {
+			_, errs, code := ctlharness.CLI(bins.Controller, "stop", ours[s].name, "--state-dir", filepath.Join(work, "state"))
+			Expect(code).To(Equal(0), "our stop of %s (%s): %s", ours[s].name, s, errs)
+		}
+
+		for _, s := range strategies {
+			Eventually(func() string {
+				_, _, vm := kv[s].snapshot()
+				return fmt.Sprintf("%s startFailure=%v", vm.Status.PrintableStatus, vm.Status.StartFailure != nil)
+			}).WithTimeout(time.Minute).WithPolling(200*time.Millisecond).Should(Equal("Stopped startFailure=false"), "KubeVirt %s", s)
+			Eventually(func() string {
+				st := ctlharness.Status(bins.Controller, filepath.Join(work, "state"), ours[s].name)
+				return fmt.Sprintf("%s startFailure=%v", st.Status.PrintableStatus, st.Status.StartFailure != nil)
+			}).WithTimeout(time.Minute).WithPolling(200*time.Millisecond).Should(Equal("Stopped startFailure=false"), "ours %s", s)
+		}
+	})
+
+	It("recovers to Running with the record cleared once the fail-fast annotation is gone", func() {
+		patch, err := cluster.RemoveTemplateAnnotationPatch(failFast)
+		Expect(err).NotTo(HaveOccurred())
+		startedAt := time.Now()
+		for _, s := range strategies {
+			_, err := client.VirtualMachine(namespace()).Patch(ctx, kv[s].name, types.JSONPatchType, patch, metav1.PatchOptions{})
+			Expect(err).NotTo(HaveOccurred())
+		}
+		Expect(client.VirtualMachine(namespace()).Start(ctx, kv[v1.RunStrategyAlways].name, &v1.StartOptions{})).To(Succeed())
+		back, _ := json.Marshal([]map[string]any{{"op": "replace", "path": "/spec/runStrategy", "value": string(v1.RunStrategyRerunOnFailure)}})
+		_, err = client.VirtualMachine(namespace()).Patch(ctx, kv[v1.RunStrategyRerunOnFailure].name, types.JSONPatchType, back, metav1.PatchOptions{})
+		Expect(err).NotTo(HaveOccurred())
+
+		for _, s := range strategies {
+			vm := crashingVM(ours[s].name, s, true)
+			delete(vm.Spec.Template.ObjectMeta.Annotations, failFast)
+			writeVM(work, vm)
+			Eventually(func() int { return len(proc.Events("ManifestChanged", namespace()+"/"+ours[s].name)) }).
+				WithTimeout(30*time.Second).Should(BeNumerically(">=", 1), "our controller did not notice the edit of %s", ours[s].manifest)
+			_, errs, code := ctlharness.CLI(bins.Controller, "start", ours[s].name, "--state-dir", filepath.Join(work, "state"))
+			Expect(code).To(Equal(0), "our start of %s: %s", ours[s].name, errs)
+		}
+
+		for _, s := range strategies {
+			Eventually(func() string {
+				_, _, vm := kv[s].snapshot()
+				return fmt.Sprintf("%s startFailure=%v", vm.Status.PrintableStatus, vm.Status.StartFailure != nil)
+			}).WithTimeout(3*time.Minute).WithPolling(200*time.Millisecond).Should(Equal("Running startFailure=false"), "KubeVirt %s", s)
+			Eventually(func() string {
+				st := ctlharness.Status(bins.Controller, filepath.Join(work, "state"), ours[s].name)
+				return fmt.Sprintf("%s startFailure=%v", st.Status.PrintableStatus, st.Status.StartFailure != nil)
+			}).WithTimeout(3*time.Minute).WithPolling(200*time.Millisecond).Should(Equal("Running startFailure=false"), "ours %s", s)
+		}
+
+		By("no attempt was made between the stop and the start")
+		for _, s := range strategies {
+			_, kvAttempts, _ := kv[s].snapshot()
+			_, ourAttempts := ours[s].snapshot(proc)
+			Expect(createdBetween(kvAttempts, stoppedAt, startedAt)).To(BeZero(), "KubeVirt %s", s)
+			Expect(createdBetween(ourAttempts, stoppedAt, startedAt)).To(BeZero(), "ours %s", s)
+		}
+	})
+})
