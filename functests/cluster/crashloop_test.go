@@ -276,9 +276,36 @@ var _ = Describe("crash loops on KubeVirt's own controller and on ours", Ordered
 			Expect(err.Error()).To(ContainSubstring("VM is not running"))
 		}
 		if err != nil {
-			By("KubeVirt, RerunOnFailure: the only way out is to change the run strategy to Halted")
-			patch := []byte(`[{"op":"replace","path":"/spec/runStrategy","value":"Halted"}]`)
-			_, err = client.VirtualMachine(namespace()).Patch(ctx, kv[v1.RunStrategyRerunOnFailure].name, types.JSONPatchType, patch, metav1.PatchOptions{})
+			rerun := kv[v1.RunStrategyRerunOnFailure].name
+			vms := client.VirtualMachine(namespace())
+			By("KubeVirt, RerunOnFailure: runStrategy Halted, which virt-controller turns into Always")
+			// The failed VMI is gone and a Start request waits in
+			// status.stateChangeRequests for the backoff to expire; with
+			// Halted, no VMI and a Start request pending, virt-controller
+			// sets runStrategy: Always (pkg/virt-controller/watch/vm/vm.go,
+			// case RunStrategyHalted) and the loop goes on.
+			halt := []byte(`[{"op":"replace","path":"/spec/runStrategy","value":"Halted"}]`)
+			_, err = vms.Patch(ctx, rerun, types.JSONPatchType, halt, metav1.PatchOptions{})
+			Expect(err).NotTo(HaveOccurred())
+			flipped := Eventually(func() v1.VirtualMachineRunStrategy {
+				vm, err := vms.Get(ctx, rerun, metav1.GetOptions{})
+				if err != nil || vm.Spec.RunStrategy == nil {
+					return ""
+				}
+				return *vm.Spec.RunStrategy
+			}).WithTimeout(15 * time.Second).WithPolling(100 * time.Millisecond)
+			if lite != nil {
+				flipped.Should(Equal(v1.RunStrategyAlways), "KubeVirt v1.6.0 rewrites Halted to Always while a Start request is pending")
+				_, _, vm := kv[v1.RunStrategyRerunOnFailure].snapshot()
+				fmt.Fprintf(GinkgoWriter, "KubeVirt RerunOnFailure after runStrategy Halted: runStrategy %s, %s, startFailure count %d, stateChangeRequests %v\n",
+					*vm.Spec.RunStrategy, vm.Status.PrintableStatus, vm.Status.StartFailure.ConsecutiveFailCount, vm.Status.StateChangeRequests)
+			}
+
+			By("KubeVirt, RerunOnFailure: what stops it: drop the pending Start request from the status, then Halted")
+			drop := []byte(`[{"op":"remove","path":"/status/stateChangeRequests"}]`)
+			_, err = vms.Patch(ctx, rerun, types.JSONPatchType, drop, metav1.PatchOptions{}, "status")
+			Expect(err).NotTo(HaveOccurred())
+			_, err = vms.Patch(ctx, rerun, types.JSONPatchType, halt, metav1.PatchOptions{})
 			Expect(err).NotTo(HaveOccurred())
 		}
 
@@ -314,13 +341,23 @@ var _ = Describe("crash loops on KubeVirt's own controller and on ours", Ordered
 		Expect(err).NotTo(HaveOccurred())
 
 		for _, s := range strategies {
-			vm := crashingVM(ours[s].name, s, true)
+			// The manifest is our controller's VM object: the same edits
+			// as on the cluster. Always: annotation gone, runStrategy as
+			// the stop left it (Halted), then start. RerunOnFailure:
+			// annotation gone and runStrategy back, which starts it.
+			strategy := s
+			if s == v1.RunStrategyAlways {
+				strategy = v1.RunStrategyHalted
+			}
+			vm := crashingVM(ours[s].name, strategy, true)
 			delete(vm.Spec.Template.ObjectMeta.Annotations, failFast)
 			writeVM(work, vm)
 			Eventually(func() int { return len(proc.Events("ManifestChanged", namespace()+"/"+ours[s].name)) }).
 				WithTimeout(30*time.Second).Should(BeNumerically(">=", 1), "our controller did not notice the edit of %s", ours[s].manifest)
-			_, errs, code := ctlharness.CLI(bins.Controller, "start", ours[s].name, "--state-dir", filepath.Join(work, "state"))
-			Expect(code).To(Equal(0), "our start of %s: %s", ours[s].name, errs)
+			if s == v1.RunStrategyAlways {
+				_, errs, code := ctlharness.CLI(bins.Controller, "start", ours[s].name, "--state-dir", filepath.Join(work, "state"))
+				Expect(code).To(Equal(0), "our start of %s: %s", ours[s].name, errs)
+			}
 		}
 
 		for _, s := range strategies {
