@@ -164,8 +164,11 @@ var _ = Describe("bad input", func() {
 		}, 5,
 			`unknown image "quay.io/nope:1"`, "localhost/crashloop/test-guest:latest"),
 		Entry("an unsupported field", func() []string {
+			return []string{edit("  volumes:", "  networks:\n    - name: default\n      multus: {networkName: x}\n  volumes:")}
+		}, 5, "spec.networks[0].multus.networkName", "not supported"),
+		Entry("a pod network no interface uses", func() []string {
 			return []string{edit("  volumes:", "  networks:\n    - name: default\n      pod: {}\n  volumes:")}
-		}, 5, "spec.networks[0].name", "not supported"),
+		}, 5, "spec.networks[name=default]", "no interface"),
 		Entry("an invalid duration", func() []string { return []string{"--qemu-timeout", "soon", good()} }, 3, "--qemu-timeout", "soon"),
 		Entry("a negative jitter", func() []string { return []string{"--qemu-timeout-jitter", "-1s", good()} }, 3, "--qemu-timeout-jitter"),
 		Entry("an unknown --accel", func() []string { return []string{"--accel", "hvf", good()} }, 3, "--accel", `"hvf"`, "auto, kvm, tcg"),
