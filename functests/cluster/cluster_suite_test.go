@@ -93,6 +93,19 @@ type liteStack struct {
 	done       chan struct{}
 	pids       []int
 	started    time.Time
+	// tmpBefore is what /tmp held before the stack started.
+	tmpBefore map[string]bool
+}
+
+// tmpEntries lists the names in the system's temporary folder.
+func tmpEntries() map[string]bool {
+	entries, err := os.ReadDir(os.TempDir())
+	Expect(err).NotTo(HaveOccurred())
+	names := map[string]bool{}
+	for _, e := range entries {
+		names[e.Name()] = true
+	}
+	return names
 }
 
 // startLite runs "clusterlite up" on a fresh state folder and waits until
@@ -106,7 +119,7 @@ func startLite(repo string) *liteStack {
 	}
 	state, err := os.MkdirTemp("", "clusterlite-lane-")
 	Expect(err).NotTo(HaveOccurred())
-	s := &liteStack{stateDir: state, logPath: filepath.Join(artifacts, "clusterlite.log"), done: make(chan struct{}), started: time.Now()}
+	s := &liteStack{stateDir: state, logPath: filepath.Join(artifacts, "clusterlite.log"), done: make(chan struct{}), started: time.Now(), tmpBefore: tmpEntries()}
 	logf, err := os.Create(s.logPath)
 	Expect(err).NotTo(HaveOccurred())
 	s.cmd = exec.Command(liteBin, "up", "--state-dir", state, "--bin-dir", binDir,
@@ -171,6 +184,14 @@ func (s *liteStack) stop() {
 	}
 	_, err := os.Stat(s.stateDir)
 	Expect(os.IsNotExist(err)).To(BeTrue(), "state folder %s left behind", s.stateDir)
+	var left []string
+	for name := range tmpEntries() {
+		// go-build* belongs to the go command running this suite.
+		if !s.tmpBefore[name] && !strings.HasPrefix(name, "go-build") {
+			left = append(left, name)
+		}
+	}
+	Expect(left).To(BeEmpty(), "left in %s by the stack or the suite", os.TempDir())
 }
 
 func readPIDs(path string) []int {

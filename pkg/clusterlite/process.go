@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -89,8 +90,14 @@ type child struct {
 }
 
 // startChild starts bin with args in its own process group, with stdout and
-// stderr appended to logPath, through sp.
+// stderr appended to logPath, through sp. Its working folder is dir and its
+// TMPDIR dir/tmp/<name>, so that what it leaves there (KubeVirt's virt-api
+// makes a folder in TMPDIR and never removes it) goes with dir.
 func startChild(sp *spawner, logger *slog.Logger, name, bin string, args []string, dir, logPath string) (*child, error) {
+	tmp := filepath.Join(dir, "tmp", name)
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return nil, fmt.Errorf("create TMPDIR of %s: %w", name, err)
+	}
 	f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open log of %s: %w", name, err)
@@ -99,6 +106,7 @@ func startChild(sp *spawner, logger *slog.Logger, name, bin string, args []strin
 	defer f.Close()
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
 	cmd.Stdout = f
 	cmd.Stderr = f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
