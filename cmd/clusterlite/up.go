@@ -114,6 +114,10 @@ func up(ctx context.Context, o upOptions, log *slog.Logger) (err error) {
 		return fmt.Errorf("installing KubeVirt's CRDs and objects: %w", err)
 	}
 
+	ports, err := clusterlite.FreePorts(1)
+	if err != nil {
+		return err
+	}
 	comps = []*component{
 		{name: "virt-api", bin: filepath.Join(o.binDir, "virt-api"), args: []string{
 			"--kubeconfig", cp.KubeconfigFor(apiUser), "--listen", ip.String(), "--port", "443",
@@ -122,7 +126,7 @@ func up(ctx context.Context, o upOptions, log *slog.Logger) (err error) {
 		}},
 		{name: "virt-controller", restart: true, bin: filepath.Join(o.binDir, "virt-controller"), args: []string{
 			"--kubeconfig", cp.KubeconfigFor(controllerUser), "--launcher-image", launcherImage,
-			"--listen", "127.0.0.1", "--port", strconv.Itoa(freePort()),
+			"--listen", "127.0.0.1", "--port", strconv.Itoa(ports[0]),
 			"--prom-cert-file", files["virt-controller.crt"], "--prom-key-file", files["virt-controller.key"],
 		}},
 	}
@@ -322,16 +326,6 @@ func runLogged(ctx context.Context, logPath, bin string, args ...string) error {
 		return fmt.Errorf("%s: %w\n%s", filepath.Base(bin), err, b)
 	}
 	return nil
-}
-
-// freePort asks the kernel for a free loopback TCP port.
-func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 18182
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // waitKubeVirtReady waits until virt-api serves the subresource API through

@@ -176,7 +176,7 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ports, err := freePorts(3)
+	ports, err := FreePorts(3)
 	if err != nil {
 		return err
 	}
@@ -342,11 +342,11 @@ func (cp *ControlPlane) writePKI(dir string) (map[string]string, error) {
 	return paths, nil
 }
 
-// freePorts returns n distinct TCP ports on 127.0.0.1 that were free a
+// FreePorts returns n distinct TCP ports on 127.0.0.1 that were free a
 // moment ago. All n listeners are open at once so the ports differ; another
 // process may still take one before the control plane binds it, which
 // makes that start fail with the process's own error.
-func freePorts(n int) ([]int, error) {
+func FreePorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)
 	for range n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -32,7 +32,7 @@ func TestStartNeedsBinaries(t *testing.T) {
 }
 
 func TestFreePorts(t *testing.T) {
-	ports, err := freePorts(3)
+	ports, err := FreePorts(3)
 	if err != nil {
 		t.Fatal(err)
 	}
