@@ -103,6 +103,11 @@ func parseUp(args []string) (upOptions, error) {
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q: \"up\" takes flags only", fs.Args())
 	}
+	// Tear-down removes the state folder, so it must hold nothing of
+	// anyone else's (nor of another running clusterlite).
+	if entries, err := os.ReadDir(o.stateDir); o.stateDir != "" && err == nil && len(entries) > 0 {
+		return o, fmt.Errorf("--state-dir %s: not empty (%d entries); give a new or empty folder", o.stateDir, len(entries))
+	}
 	for name, p := range map[string]string{"--launcher": o.launcher, "--image-dir": o.imageDir, "--bin-dir": o.binDir} {
 		if _, err := os.Stat(p); err != nil {
 			return o, fmt.Errorf("%s %s: %w (build with `make build images clusterlite`)", name, p, err)

@@ -19,6 +19,7 @@ func TestParseUpErrors(t *testing.T) {
 	}
 	cases := map[string][]string{
 		"--bin-dir /nonexistent":         append(append([]string{}, good...), "--bin-dir", "/nonexistent"),
+		"not empty (1 entries)":          append(append([]string{}, good...), "--state-dir", dir),
 		"unknown flag: --nodes":          append(append([]string{}, good...), "--nodes", "2"),
 		`unexpected arguments ["extra"]`: append(append([]string{}, good...), "extra"),
 	}
