@@ -21,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	v1 "kubevirt.io/api/core/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/crashloop-harness/crashloop/functests/cluster"
 	"github.com/crashloop-harness/crashloop/functests/ctlharness"
@@ -29,31 +28,17 @@ import (
 
 const failFast = v1.FuncTestLauncherFailFastAnnotation
 
-// testGuestImage is the guest our launcher boots (images/guest).
-const testGuestImage = "localhost/crashloop/test-guest:latest"
-
 // crashingVM is a small VM whose launcher crashes at once (KubeVirt's own
 // fail-fast annotation) under the given run strategy. On cluster-lite and
-// for our controller it boots the test guest by kernel boot; on another
+// for our controller it is the test guest every suite boots; on another
 // cluster it uses a container disk (CLUSTER_LANE_IMAGE, cirros by default).
 func crashingVM(name string, strategy v1.VirtualMachineRunStrategy, testGuest bool) *v1.VirtualMachine {
-	grace := int64(10)
-	spec := v1.VirtualMachineInstanceSpec{
-		TerminationGracePeriodSeconds: &grace,
-		Domain: v1.DomainSpec{
-			Resources: v1.ResourceRequirements{Requests: k8sv1.ResourceList{k8sv1.ResourceMemory: resource.MustParse("256Mi")}},
-			Devices:   v1.Devices{Disks: []v1.Disk{{Name: "containerdisk", DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{Bus: v1.DiskBusVirtio}}}}},
-		},
-		Volumes: []v1.Volume{{Name: "containerdisk", VolumeSource: v1.VolumeSource{ContainerDisk: &v1.ContainerDiskSource{
-			Image: envOr("CLUSTER_LANE_IMAGE", "quay.io/kubevirt/cirros-container-disk-demo:latest")}}}},
-	}
 	if testGuest {
-		spec.Volumes[0].ContainerDisk.Image = testGuestImage
-		spec.Domain.Firmware = &v1.Firmware{KernelBoot: &v1.KernelBoot{
-			KernelArgs: "console=ttyS0 quiet panic=-1",
-			Container:  &v1.KernelBootContainer{Image: testGuestImage, KernelPath: "/boot/vmlinuz", InitrdPath: "/boot/initrd.img"},
-		}}
+		vm := ctlharness.TestGuestVM(name, strategy, map[string]string{failFast: ""}, "")
+		vm.Namespace = namespace()
+		return vm
 	}
+	grace := int64(10)
 	return &v1.VirtualMachine{
 		TypeMeta:   metav1.TypeMeta{APIVersion: v1.GroupVersion.String(), Kind: "VirtualMachine"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace()},
@@ -61,7 +46,15 @@ func crashingVM(name string, strategy v1.VirtualMachineRunStrategy, testGuest bo
 			RunStrategy: &strategy,
 			Template: &v1.VirtualMachineInstanceTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{failFast: ""}},
-				Spec:       spec,
+				Spec: v1.VirtualMachineInstanceSpec{
+					TerminationGracePeriodSeconds: &grace,
+					Domain: v1.DomainSpec{
+						Resources: v1.ResourceRequirements{Requests: k8sv1.ResourceList{k8sv1.ResourceMemory: resource.MustParse("256Mi")}},
+						Devices:   v1.Devices{Disks: []v1.Disk{{Name: "containerdisk", DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{Bus: v1.DiskBusVirtio}}}}},
+					},
+					Volumes: []v1.Volume{{Name: "containerdisk", VolumeSource: v1.VolumeSource{ContainerDisk: &v1.ContainerDiskSource{
+						Image: envOr("CLUSTER_LANE_IMAGE", "quay.io/kubevirt/cirros-container-disk-demo:latest")}}}},
+				},
 			},
 		},
 	}
@@ -169,10 +162,8 @@ func gapTable(who string, gaps []cluster.Gap, n int) string {
 }
 
 func writeVM(dir string, vm *v1.VirtualMachine) string {
-	data, err := yaml.Marshal(vm)
-	Expect(err).NotTo(HaveOccurred())
 	p := filepath.Join(dir, vm.Name+".yaml")
-	Expect(os.WriteFile(p+".tmp", data, 0o644)).To(Succeed())
+	Expect(os.WriteFile(p+".tmp", []byte(ctlharness.Manifest(vm)), 0o644)).To(Succeed())
 	Expect(os.Rename(p+".tmp", p)).To(Succeed())
 	return p
 }

@@ -1,7 +1,6 @@
 package controller_test
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -25,12 +24,8 @@ type vmSpec struct {
 	annotations    map[string]string
 }
 
-// manifest renders the VM in the shape of testdata/crashloop-vm.yaml.
+// manifest renders the VM: the test guest (ctlharness.TestGuestVM).
 func (s vmSpec) manifest() string {
-	args := s.kernelArgs
-	if args == "" {
-		args = "console=ttyS0 quiet panic=-1"
-	}
 	ann := map[string]string{}
 	for k, v := range s.annotations {
 		ann[k] = v
@@ -38,33 +33,7 @@ func (s vmSpec) manifest() string {
 	if s.failFast {
 		ann[v1.FuncTestLauncherFailFastAnnotation] = "true"
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "apiVersion: kubevirt.io/v1\nkind: VirtualMachine\nmetadata:\n  name: %s\n  namespace: default\nspec:\n", s.name)
-	if s.strategy != "" {
-		fmt.Fprintf(&b, "  runStrategy: %s\n", s.strategy)
-	}
-	b.WriteString("  template:\n    metadata:\n")
-	if len(ann) > 0 {
-		b.WriteString("      annotations:\n")
-		for k, v := range ann {
-			fmt.Fprintf(&b, "        %s: %q\n", k, v)
-		}
-	}
-	fmt.Fprintf(&b, `    spec:
-      terminationGracePeriodSeconds: 10
-      domain:
-        cpu: {cores: 1}
-        memory: {guest: 256Mi}
-        firmware:
-          kernelBoot:
-            kernelArgs: %q
-            container: {image: "localhost/crashloop/test-guest:latest", kernelPath: /boot/vmlinuz, initrdPath: /boot/initrd.img}
-        devices:
-          disks: [{name: scratch, disk: {bus: virtio}}]
-      volumes:
-        - {name: scratch, containerDisk: {image: "localhost/crashloop/test-guest:latest"}}
-`, args)
-	return b.String()
+	return ctlharness.Manifest(ctlharness.TestGuestVM(s.name, v1.VirtualMachineRunStrategy(s.strategy), ann, s.kernelArgs))
 }
 
 // workspace is one spec's folder: manifests and a state folder.

@@ -31,11 +31,9 @@ type vm struct {
 	kernelArgs     string
 }
 
+// manifest renders the VM: the test guest (ctlharness.TestGuestVM) with
+// its faults as annotations, under runStrategy Always unless told.
 func (s vm) manifest() string {
-	args := s.kernelArgs
-	if args == "" {
-		args = "console=ttyS0 quiet panic=-1"
-	}
 	ann := map[string]string{}
 	for f, term := range s.faults {
 		ann[faultPrefix+f] = term
@@ -43,38 +41,11 @@ func (s vm) manifest() string {
 	if s.failFast {
 		ann[v1.FuncTestLauncherFailFastAnnotation] = "true"
 	}
-	keys := make([]string, 0, len(ann))
-	for k := range ann {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	strategy := s.strategy
+	strategy := v1.VirtualMachineRunStrategy(s.strategy)
 	if strategy == "" {
-		strategy = "Always"
+		strategy = v1.RunStrategyAlways
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "apiVersion: kubevirt.io/v1\nkind: VirtualMachine\nmetadata:\n  name: %s\n  namespace: default\nspec:\n  runStrategy: %s\n  template:\n    metadata:\n", s.name, strategy)
-	if len(keys) > 0 {
-		b.WriteString("      annotations:\n")
-		for _, k := range keys {
-			fmt.Fprintf(&b, "        %s: %q\n", k, ann[k])
-		}
-	}
-	fmt.Fprintf(&b, `    spec:
-      terminationGracePeriodSeconds: 10
-      domain:
-        cpu: {cores: 1}
-        memory: {guest: 256Mi}
-        firmware:
-          kernelBoot:
-            kernelArgs: %q
-            container: {image: "localhost/crashloop/test-guest:latest", kernelPath: /boot/vmlinuz, initrdPath: /boot/initrd.img}
-        devices:
-          disks: [{name: scratch, disk: {bus: virtio}}]
-      volumes:
-        - {name: scratch, containerDisk: {image: "localhost/crashloop/test-guest:latest"}}
-`, args)
-	return b.String()
+	return ctlharness.Manifest(ctlharness.TestGuestVM(s.name, strategy, ann, s.kernelArgs))
 }
 
 // workspace is one spec's folder: manifests and a state folder, removed
