@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+
+	"github.com/crashloop-harness/crashloop/pkg/spawn"
 )
 
 const (
@@ -98,7 +100,7 @@ type ControlPlane struct {
 	etcdURL        string
 	kubeconfigPath string
 
-	spawner   *spawner
+	spawner   *spawn.Spawner
 	etcd      *child
 	apiserver *child
 
@@ -185,7 +187,7 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 	cp.server = "https://127.0.0.1:" + strconv.Itoa(securePort)
 	peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
 
-	cp.spawner = newSpawner()
+	cp.spawner = spawn.New()
 	cp.etcd, err = startChild(cp.spawner, cp.log, "etcd", filepath.Join(cp.cfg.BinDir, EtcdBinary), []string{
 		"--name=clusterlite",
 		"--data-dir=" + dirs["etcd"],
@@ -472,7 +474,7 @@ func (cp *ControlPlane) Stop(ctx context.Context) error {
 			}
 		}
 		if cp.spawner != nil {
-			cp.spawner.close()
+			cp.spawner.Close()
 		}
 		cp.stopErr = errors.Join(errs...)
 		if cp.stopErr != nil {

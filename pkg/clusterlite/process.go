@@ -10,72 +10,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/crashloop-harness/crashloop/pkg/spawn"
 )
 
 // killWait bounds the wait for a process after SIGKILL; only a process stuck
 // in uninterruptible sleep outlives it.
 const killWait = 10 * time.Second
-
-// spawner starts child processes from one goroutine locked to its OS thread.
-// The kernel delivers a child's parent-death signal when the thread that
-// forked it exits, not when the process does, and the Go runtime may end
-// threads; a thread that stays locked until close keeps Pdeathsig tied to
-// the life of the control plane.
-type spawner struct {
-	reqs chan spawnReq
-	quit chan struct{}
-	done chan struct{}
-}
-
-// spawnReq asks the spawner to start cmd and to send the result to reply.
-type spawnReq struct {
-	cmd   *exec.Cmd
-	reply chan error
-}
-
-// newSpawner starts the spawner's goroutine.
-func newSpawner() *spawner {
-	s := &spawner{reqs: make(chan spawnReq), quit: make(chan struct{}), done: make(chan struct{})}
-	go s.loop()
-	return s
-}
-
-// loop serves start requests until close. It returns with its thread still
-// locked, so the runtime ends that thread; by then every child has been
-// stopped, and the parent-death signal only reaches stragglers.
-func (s *spawner) loop() {
-	runtime.LockOSThread()
-	defer close(s.done)
-	for {
-		select {
-		case r := <-s.reqs:
-			r.reply <- r.cmd.Start()
-		case <-s.quit:
-			return
-		}
-	}
-}
-
-// start starts cmd on the spawner's thread.
-func (s *spawner) start(cmd *exec.Cmd) error {
-	reply := make(chan error, 1)
-	select {
-	case s.reqs <- spawnReq{cmd: cmd, reply: reply}:
-	case <-s.quit:
-		return errors.New("spawner closed")
-	}
-	return <-reply
-}
-
-// close ends the spawner's goroutine and thread.
-func (s *spawner) close() {
-	close(s.quit)
-	<-s.done
-}
 
 // child is one started etcd or kube-apiserver.
 type child struct {
@@ -93,7 +37,7 @@ type child struct {
 // stderr appended to logPath, through sp. Its working folder is dir and its
 // TMPDIR dir/tmp/<name>, so that what it leaves there (KubeVirt's virt-api
 // makes a folder in TMPDIR and never removes it) goes with dir.
-func startChild(sp *spawner, logger *slog.Logger, name, bin string, args []string, dir, logPath string) (*child, error) {
+func startChild(sp *spawn.Spawner, logger *slog.Logger, name, bin string, args []string, dir, logPath string) (*child, error) {
 	tmp := filepath.Join(dir, "tmp", name)
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
 		return nil, fmt.Errorf("create TMPDIR of %s: %w", name, err)
@@ -110,7 +54,7 @@ func startChild(sp *spawner, logger *slog.Logger, name, bin string, args []strin
 	cmd.Stdout = f
 	cmd.Stderr = f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := sp.start(cmd); err != nil {
+	if err := sp.Start(cmd); err != nil {
 		return nil, fmt.Errorf("start %s (%s): %w", name, bin, err)
 	}
 	c := &child{

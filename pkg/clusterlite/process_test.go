@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/crashloop-harness/crashloop/pkg/spawn"
 )
 
 // groupMembers returns the PIDs of live processes in process group pgid.
@@ -64,8 +66,8 @@ func awaitGroupGone(t *testing.T, pgid int, d time.Duration) []int {
 // and logging there.
 func startShell(t *testing.T, dir, script string) *child {
 	t.Helper()
-	sp := newSpawner()
-	t.Cleanup(sp.close)
+	sp := spawn.New()
+	t.Cleanup(sp.Close)
 	logger := slog.New(slog.NewTextHandler(t.Output(), nil))
 	c, err := startChild(sp, logger, "sh", "/bin/sh", []string{"-c", script}, dir, filepath.Join(dir, "sh.log"))
 	if err != nil {

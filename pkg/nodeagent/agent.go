@@ -36,6 +36,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	v1 "kubevirt.io/api/core/v1"
 	"kubevirt.io/client-go/kubecli"
+
+	"github.com/crashloop-harness/crashloop/pkg/spawn"
 )
 
 // Config says which node the agent plays and how it runs launchers.
@@ -65,6 +67,9 @@ type Agent struct {
 	queue workqueue.TypedRateLimitingInterface[string]
 	pods  cache.SharedIndexInformer
 	vmis  cache.SharedIndexInformer
+
+	// spawner starts launchers so that they die with the agent.
+	spawner *spawn.Spawner
 
 	mu         sync.Mutex
 	containers map[types.UID]*container // by pod UID
@@ -111,6 +116,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.queue = workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
 	defer a.queue.ShutDown()
+	a.spawner = spawn.New()
+	// Closed after shutdown has stopped every launcher (defers run last
+	// in first out).
+	defer a.spawner.Close()
 
 	factory := informers.NewSharedInformerFactoryWithOptions(a.cfg.Client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = launcherPodSelector }))

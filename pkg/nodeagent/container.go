@@ -23,6 +23,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/crashloop-harness/crashloop/pkg/controller"
+	"github.com/crashloop-harness/crashloop/pkg/spawn"
 )
 
 // computeContainer is the name KubeVirt gives the container that runs
@@ -151,7 +152,7 @@ func launcherManifest(vmi *v1.VirtualMachineInstance) ([]byte, error) {
 
 // launch starts our virt-launcher for vmi. notify is called whenever the
 // container's state changes (an event line, the exit).
-func (c *container) launch(cfg *Config, vmi *v1.VirtualMachineInstance, notify func()) error {
+func (c *container) launch(cfg *Config, sp *spawn.Spawner, vmi *v1.VirtualMachineInstance, notify func()) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.cmd != nil || c.exited {
@@ -186,14 +187,16 @@ func (c *container) launch(cfg *Config, vmi *v1.VirtualMachineInstance, notify f
 	cmd := exec.Command(cfg.LauncherPath, args...)
 	cmd.Stderr = stderr
 	// A pod's processes die with its node: if the agent dies, so does the
-	// launcher, and its reaper takes QEMU with it.
+	// launcher (started through the agent's spawner, so that the signal
+	// is tied to the agent rather than to a worker thread), and its reaper
+	// takes QEMU with it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		stderr.Close()
 		return fmt.Errorf("launcher stdout: %w", err)
 	}
-	if err := cmd.Start(); err != nil {
+	if err := sp.Start(cmd); err != nil {
 		stderr.Close()
 		return fmt.Errorf("starting %s: %w", cfg.LauncherPath, err)
 	}

@@ -57,7 +57,7 @@ func (a *Agent) syncPod(ctx context.Context, key string) error {
 		c = a.newContainer(pod, vmi, args)
 		if args.SimulateCrash {
 			// KubeVirt's launcher crashes as soon as its container starts.
-			if err := c.launch(&a.cfg, vmi, a.notifier(c)); err != nil {
+			if err := c.launch(&a.cfg, a.spawner, vmi, a.notifier(c)); err != nil {
 				return a.failPod(ctx, pod, err)
 			}
 		}
@@ -250,7 +250,7 @@ func (a *Agent) syncVMI(ctx context.Context, key string) error {
 		c.stop(a.cfg.Logger, graceOr(gracePeriod(vmi), 30*time.Second))
 	}
 	if vmi.Status.Phase == v1.Scheduled && vmi.DeletionTimestamp == nil {
-		if err := c.launch(&a.cfg, vmi, a.notifier(c)); err != nil {
+		if err := c.launch(&a.cfg, a.spawner, vmi, a.notifier(c)); err != nil {
 			return fmt.Errorf("starting the launcher of VMI %s: %w", key, err)
 		}
 	}
