@@ -1,0 +1,262 @@
+package launcherapi
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// Values of --accel.
+const (
+	AccelAuto = "auto"
+	AccelKVM  = "kvm"
+	AccelTCG  = "tcg"
+)
+
+// Values of --event-format.
+const (
+	FormatJSON = "json"
+	FormatText = "text"
+)
+
+// Defaults of the launcher's folders.
+const (
+	DefaultRuntimeDir  = "/run/crashloop"
+	DefaultCacheDir    = "/var/cache/crashloop/qemu-capabilities"
+	DefaultConsoleDir  = "/var/log/crashloop"
+	DefaultReadyMarker = "HARNESS-GUEST-READY"
+)
+
+// Args is virt-launcher's command line as data. A runner fills the fields
+// it cares about and calls Build; the launcher calls ParseArgs. In Build a
+// zero field means "the launcher's default" and is left off the command
+// line; ParseArgs fills every field with its effective value.
+type Args struct {
+	// Manifest is the VMI file (YAML or JSON); "-" reads stdin.
+	Manifest string
+	// Accel is auto, kvm or tcg.
+	Accel string
+	// LibvirtURI connects to an existing libvirt daemon instead of the
+	// embedded driver.
+	LibvirtURI string
+	// RuntimeDir is the parent of the per-VMI embedded libvirt root.
+	RuntimeDir string
+	// CacheDir is the QEMU capability cache shared between launches.
+	CacheDir string
+	// ImageDir resolves containerDisk and kernelBoot images (images.json).
+	ImageDir string
+	// ConsoleLog is the guest's serial console file.
+	ConsoleLog string
+	// ReadyMarker is the console text that means the guest is ready.
+	ReadyMarker string
+	// StartTimeout is the QEMU start timeout; a runner that has drawn it
+	// already passes FixedStartTimeout(d), which Build renders with a zero
+	// jitter.
+	StartTimeout StartTimeout
+	// GracePeriod is the graceful stop time on SIGTERM; nil means the
+	// VMI's terminationGracePeriodSeconds, else 30 s.
+	GracePeriod *time.Duration
+	// Seed seeds every draw; zero picks one.
+	Seed Seed
+	// Attempt is the VM's launch attempt, 1-based; zero means 1.
+	Attempt int
+	// EventFormat is json or text.
+	EventFormat string
+	// LogLevel is debug, info, warn or error.
+	LogLevel string
+	// SimulateCrash makes the launcher panic at once (KubeVirt's test hook).
+	SimulateCrash bool
+	// DryRun prints the domain instead of starting it.
+	DryRun bool
+	// Faults are --fault values, NAME[=TERM].
+	Faults []string
+	// Extra are further arguments put before the manifest, verbatim (a
+	// runner's pass-through flags).
+	Extra []string
+}
+
+// DefaultArgs are the effective values of every flag left off.
+func DefaultArgs() Args {
+	return Args{
+		Accel:        AccelAuto,
+		RuntimeDir:   DefaultRuntimeDir,
+		CacheDir:     DefaultCacheDir,
+		ReadyMarker:  DefaultReadyMarker,
+		StartTimeout: DefaultStartTimeout,
+		Attempt:      1,
+		EventFormat:  FormatJSON,
+		LogLevel:     "info",
+	}
+}
+
+// Build renders the command line (without the program name), flags first
+// and the manifest last.
+func (a Args) Build() []string {
+	var out []string
+	str := func(flag, v string) {
+		if v != "" {
+			out = append(out, flag, v)
+		}
+	}
+	str("--accel", a.Accel)
+	str("--libvirt-uri", a.LibvirtURI)
+	str("--runtime-dir", a.RuntimeDir)
+	str("--cache-dir", a.CacheDir)
+	str("--image-dir", a.ImageDir)
+	str("--console-log", a.ConsoleLog)
+	str("--ready-marker", a.ReadyMarker)
+	if a.StartTimeout != (StartTimeout{}) {
+		out = append(out, "--qemu-timeout", FormatDuration(a.StartTimeout.Base),
+			"--qemu-timeout-jitter", FormatDuration(a.StartTimeout.Jitter))
+	}
+	if a.GracePeriod != nil {
+		out = append(out, "--grace-period", FormatDuration(*a.GracePeriod))
+	}
+	if a.Seed != 0 {
+		out = append(out, "--seed", a.Seed.String())
+	}
+	if a.Attempt != 0 {
+		out = append(out, "--attempt", strconv.Itoa(a.Attempt))
+	}
+	str("--event-format", a.EventFormat)
+	str("--log-level", a.LogLevel)
+	if a.SimulateCrash {
+		out = append(out, "--simulate-crash")
+	}
+	if a.DryRun {
+		out = append(out, "--dry-run")
+	}
+	for _, f := range a.Faults {
+		out = append(out, "--fault", f)
+	}
+	out = append(out, a.Extra...)
+	if a.Manifest != "" {
+		out = append(out, a.Manifest)
+	}
+	return out
+}
+
+// UsageError is a bad launcher command line (exit code ExitUsage).
+type UsageError struct{ Err error }
+
+// Error implements error.
+func (e *UsageError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the underlying error.
+func (e *UsageError) Unwrap() error { return e.Err }
+
+// FlagSet binds every launcher flag to a, with a's current values as the
+// defaults (start from DefaultArgs). Usage text goes to out.
+func (a *Args) FlagSet(out io.Writer) *pflag.FlagSet {
+	fs := pflag.NewFlagSet("virt-launcher", pflag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.SortFlags = true
+	fs.StringVar(&a.Accel, "accel", a.Accel, "accelerator: auto (KVM only with hardware virtualization and kvm_intel/kvm_amd loaded, else TCG), kvm, tcg")
+	fs.StringVar(&a.LibvirtURI, "libvirt-uri", a.LibvirtURI, "connect to this libvirt daemon instead of running libvirt's embedded QEMU driver")
+	fs.StringVar(&a.RuntimeDir, "runtime-dir", a.RuntimeDir, "parent of the per-VMI embedded libvirt state, removed on exit")
+	fs.StringVar(&a.CacheDir, "cache-dir", a.CacheDir, "QEMU capability cache shared between launches (empty: no cache)")
+	fs.StringVar(&a.ImageDir, "image-dir", a.ImageDir, "image folder resolving containerDisk and kernelBoot container images (its images.json lists them)")
+	fs.StringVar(&a.ConsoleLog, "console-log", a.ConsoleLog, "file the serial console is written to (default "+DefaultConsoleDir+"/<namespace>_<name>_<uid>.console.log)")
+	fs.StringVar(&a.ReadyMarker, "ready-marker", a.ReadyMarker, "console text that means the guest is ready (GuestReady event); empty disables")
+	fs.DurationVar(&a.StartTimeout.Base, "qemu-timeout", a.StartTimeout.Base, "base of the QEMU start timeout")
+	fs.DurationVar(&a.StartTimeout.Jitter, "qemu-timeout-jitter", a.StartTimeout.Jitter, "the start timeout is base + uniform[0, jitter), in whole seconds when jitter is 1s or more")
+	fs.Var(&optionalDuration{p: &a.GracePeriod}, "grace-period", "graceful stop time on SIGTERM/SIGINT before destroy (default: the VMI's terminationGracePeriodSeconds, else 30s)")
+	fs.Var(&a.Seed, "seed", "seed for every random draw (start timeout jitter, fault decisions); 0 picks one and reports it in the Scheduled event")
+	fs.IntVar(&a.Attempt, "attempt", a.Attempt, "launch attempt of this VM (1-based), set by the controller; faults can target attempts")
+	fs.StringVar(&a.EventFormat, "event-format", a.EventFormat, "event stream format on stdout: json (one object per line) or text (for people)")
+	fs.StringVar(&a.LogLevel, "log-level", a.LogLevel, "log level on stderr: debug, info, warn, error")
+	fs.BoolVar(&a.SimulateCrash, "simulate-crash", a.SimulateCrash, "panic at once, before libvirt or QEMU (KubeVirt's crash-loop test hook)")
+	fs.BoolVar(&a.DryRun, "dry-run", a.DryRun, "print the libvirt domain XML (faults applied) to stdout and exit without starting anything")
+	fs.StringArrayVar(&a.Faults, "fault", a.Faults, "inject a fault: NAME[=TERM] (repeatable; see the fault table in the README)")
+	fs.Usage = func() {
+		fmt.Fprintf(out, "Usage: virt-launcher [flags] VMI.yaml\n\nBoots one KubeVirt VirtualMachineInstance (YAML or JSON file, - for stdin) through libvirt.\n\nFlags:\n%s", fs.FlagUsages())
+	}
+	return fs
+}
+
+// ParseArgs parses a launcher command line (without the program name) on
+// top of base (DefaultArgs, with a runner's own defaults) and validates it.
+// pflag.ErrHelp is returned as is after the usage text went to out; any
+// other error is a *UsageError naming the flag and what is allowed.
+func ParseArgs(argv []string, base Args, out io.Writer) (Args, error) {
+	a := base
+	fs := a.FlagSet(out)
+	if err := fs.Parse(argv); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return a, err
+		}
+		return a, &UsageError{err}
+	}
+	switch fs.NArg() {
+	case 1:
+		a.Manifest = fs.Arg(0)
+	case 0:
+		return a, &UsageError{errors.New("missing the VMI manifest argument (usage: virt-launcher [flags] VMI.yaml)")}
+	default:
+		return a, &UsageError{fmt.Errorf("want one VMI manifest, got %d arguments: %v", fs.NArg(), fs.Args())}
+	}
+	if err := a.Validate(); err != nil {
+		return a, &UsageError{err}
+	}
+	return a, nil
+}
+
+// Validate checks every field's value and names the flag at fault.
+func (a Args) Validate() error {
+	switch a.Accel {
+	case AccelAuto, AccelKVM, AccelTCG:
+	default:
+		return fmt.Errorf("--accel: unknown accelerator %q: allowed values are auto, kvm, tcg", a.Accel)
+	}
+	if err := a.StartTimeout.Validate(); err != nil {
+		return err
+	}
+	if a.GracePeriod != nil && *a.GracePeriod < 0 {
+		return fmt.Errorf("--grace-period must not be negative, got %v", *a.GracePeriod)
+	}
+	if a.Attempt < 1 {
+		return fmt.Errorf("--attempt must be 1 or more, got %d", a.Attempt)
+	}
+	if a.EventFormat != FormatJSON && a.EventFormat != FormatText {
+		return fmt.Errorf("--event-format: unknown format %q: allowed values are json, text", a.EventFormat)
+	}
+	if _, err := ParseLogLevel(a.LogLevel); err != nil {
+		return err
+	}
+	return nil
+}
+
+// ParseLogLevel reads --log-level.
+func ParseLogLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("--log-level: unknown level %q: allowed values are debug, info, warn, error", s)
+	}
+	return l, nil
+}
+
+// optionalDuration is a pflag.Value for a duration that may be absent.
+type optionalDuration struct{ p **time.Duration }
+
+func (o *optionalDuration) String() string {
+	if o.p == nil || *o.p == nil {
+		return ""
+	}
+	return (**o.p).String()
+}
+
+func (o *optionalDuration) Set(v string) error {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return err
+	}
+	*o.p = &d
+	return nil
+}
+
+func (o *optionalDuration) Type() string { return "duration" }
