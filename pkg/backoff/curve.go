@@ -31,16 +31,17 @@ type KubeVirt struct {
 	MaxDelay time.Duration
 }
 
-// Delay implements Curve.
+// Delay implements Curve. It draws exactly one jitter value per call, even
+// when the result is capped, as upstream's calculateStartBackoffTime does
+// (it always calls rand.Intn(base/2+1) and caps afterwards), so a seeded
+// source is consumed at the same pace as upstream's.
 func (k KubeVirt) Delay(failCount int, r Rand) time.Duration {
 	maxSec := int64(k.maxDelay() / time.Second)
-	n := int64(max(failCount, 1))
+	// Counts above 2^15 give the cap for any sane MaxDelay; clamping keeps
+	// interval*n*n from overflowing. Upstream would overflow there instead,
+	// at counts no VM reaches.
+	n := int64(min(max(failCount, 1), 1<<15))
 	interval := max(maxSec/30, int64(kubeVirtMinInterval/time.Second))
-	// Once the base reaches the cap the jitter cannot matter; checking n
-	// first keeps n*n from overflowing for absurd counts.
-	if n > 1<<15 || interval*n*n >= maxSec {
-		return time.Duration(maxSec) * time.Second
-	}
 	delay := interval * n * n
 	delay += int64(r.IntN(int(delay/2) + 1))
 	return time.Duration(min(delay, maxSec)) * time.Second

@@ -12,22 +12,42 @@
 //
 // The default [Curve] is [KubeVirt]: interval = max(maxDelay/30, 10 s),
 // delay = interval*n² plus uniform[0, delay/2] whole seconds, capped at
-// maxDelay (300 s). A failure count of zero is treated as one.
+// maxDelay (300 s). A failure count of zero is treated as one. Like
+// upstream it draws the jitter on every counted failure, also when the cap
+// makes it irrelevant, so a seeded source is consumed at upstream's pace.
 //
 //	failures  1      2      3       4        5        6+
 //	delay     10-15  40-60  90-135  160-240  250-300  300   (seconds)
 //
-// Bookkeeping lives in VirtualMachineStatus.StartFailure, as upstream:
+// Bookkeeping lives in VirtualMachineStatus.StartFailure, as upstream's
+// syncStartFailureStatus, in its order ([Tracker.Sync]):
+//   - a VMI that was ever Running clears the record;
+//   - a run strategy other than Always, RerunOnFailure or Once clears it
+//     (one that cannot be determined does not, as upstream);
 //   - a VMI that reached a final phase (Failed or Succeeded) without ever
 //     being Running counts once; the same VMI UID is never counted twice;
-//   - the record is cleared when a VMI reaches Running, when the run strategy
-//     is not Always, RerunOnFailure or Once, and on any manual start, stop or
-//     restart ([ClearRecord]);
 //   - editing the VM template does not clear it (nothing here looks at it).
+//
+// What upstream's syncRunStrategy does next (delete the VMI, add
+// RerunOnFailure's {action: Start}, wait for the backoff or start) is
+// [NextStep]; [TrimFirstRequest] and [StatusRunStrategy] are the rest of
+// its status bookkeeping. virt-api's start, stop and restart rules are in
+// pkg/vmops.
 //
 // [PrintableStatus] follows upstream's first-match order restricted to the
 // statuses a local controller produces: Stopping, Running, Starting,
 // CrashLoopBackOff, Stopped, Unknown.
+//
+// [FidelityRules] lists every rule with upstream's behaviour and ours;
+// [FidelityMarkdown] renders the list as the README's table.
+//
+// # The one deviation family: exact time
+//
+// Retry times and [TimeLeft] are exact to the nanosecond, where upstream
+// stores whole seconds and subtracts whole Unix seconds
+// ([UpstreamTimeLeftSeconds]): --time-scale shrinks delays below a second,
+// which whole seconds would erase. The rules it changes are named
+// [DeviationExactTime] in [FidelityRules].
 //
 // # Beyond upstream, each off by default
 //

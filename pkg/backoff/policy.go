@@ -118,20 +118,38 @@ type Tracker struct {
 // Sync applies the counting and reset rules to vm.Status.StartFailure for
 // the VM's current VMI (nil when there is none) and returns what changed.
 // h may be nil when the give-up rule is off.
+//
+// With the zero Policy it follows upstream's syncStartFailureStatus rule by
+// rule and in its order (rules C1-C17 of the fidelity list):
+//  1. a VMI that was ever Running (a Running entry in its
+//     phaseTransitionTimestamps, not status.phase) clears the record;
+//  2. a run strategy other than Always, RerunOnFailure or Once clears it;
+//     a run strategy that cannot be determined (spec.running and
+//     spec.runStrategy both set) does not clear it, and the VMI may still be
+//     counted below, as upstream (C16: the webhook rejects such a VM, so
+//     there is no reason to be stricter than upstream here);
+//  3. a VMI in a final phase (Failed or Succeeded) that never ran counts
+//     once per UID; anything else leaves the record as it is.
+//
+// The one difference is the retry time: RetryAfter is now plus the exact
+// (scaled) delay, kept to the nanosecond, where upstream's is stored in
+// whole seconds; see [TimeLeft].
 func (t Tracker) Sync(vm *v1.VirtualMachine, vmi *v1.VirtualMachineInstance, h *History) Change {
 	p := t.Policy
-	strategy, err := vm.RunStrategy()
-	if err != nil || !TracksFailures(strategy) {
+	runningAt, ran := PhaseTime(vmi, v1.Running)
+	if ran && p.CountRunningFailuresWithin <= 0 {
+		return clearWith(vm, h, "VMI reached Running")
+	}
+	if strategy, err := vm.RunStrategy(); err == nil && !TracksFailures(strategy) {
 		return clearWith(vm, h, fmt.Sprintf("runStrategy %q does not restart failed VMIs", strategy))
 	}
 	if vmi == nil {
 		return Change{FailCount: failCount(vm)}
 	}
 	now := t.Clock.Now()
-	if runningAt, ran := PhaseTime(vmi, v1.Running); ran {
-		if p.CountRunningFailuresWithin <= 0 {
-			return clearWith(vm, h, "VMI reached Running")
-		}
+	if ran {
+		// Only with CountRunningFailuresWithin, an extension upstream does
+		// not have.
 		end := now
 		if vmi.IsFinal() {
 			if at, ok := PhaseTime(vmi, vmi.Status.Phase); ok {
@@ -141,10 +159,8 @@ func (t Tracker) Sync(vm *v1.VirtualMachine, vmi *v1.VirtualMachineInstance, h *
 		if end.Sub(runningAt) >= p.Scaled(p.CountRunningFailuresWithin) {
 			return clearWith(vm, h, fmt.Sprintf("VMI ran for %s", p.Scaled(p.CountRunningFailuresWithin)))
 		}
-		if !vmi.IsFinal() {
-			return Change{FailCount: failCount(vm)}
-		}
-	} else if !vmi.IsFinal() {
+	}
+	if !vmi.IsFinal() {
 		return Change{FailCount: failCount(vm)}
 	}
 	if sf := vm.Status.StartFailure; sf != nil && sf.LastFailedVMIUID == vmi.UID {
@@ -224,8 +240,9 @@ func failCount(vm *v1.VirtualMachine) int {
 	return vm.Status.StartFailure.ConsecutiveFailCount
 }
 
-// ClearRecord removes the start-failure record and its history, as a manual
-// start, stop or restart does.
+// ClearRecord removes the start-failure record and its history, as an
+// accepted manual operation that goes through a state-change request does
+// (pkg/vmops says which).
 func ClearRecord(vm *v1.VirtualMachine, h *History) {
 	vm.Status.StartFailure = nil
 	if h != nil {
@@ -248,12 +265,34 @@ func NextStart(vm *v1.VirtualMachine, h *History) (at time.Time, ok bool) {
 
 // TimeLeft is how long the VM must still wait before a start at now; zero
 // when it may start.
+//
+// Deliberate deviation "exact-time": upstream's startFailureBackoffTimeLeft
+// subtracts whole Unix seconds (each side truncated, see
+// [UpstreamTimeLeftSeconds]), so it may start up to a second before the
+// exact retry time, and a retry time within the current second counts as
+// passed. This project keeps the retry time and the wait to the nanosecond,
+// because --time-scale shrinks a 10 s delay to 100 ms, where whole seconds
+// would erase the backoff altogether. A record without a retry time (which
+// upstream never writes, and would dereference) means no wait.
 func TimeLeft(vm *v1.VirtualMachine, now time.Time) time.Duration {
 	sf := vm.Status.StartFailure
 	if sf == nil || sf.RetryAfterTimestamp == nil {
 		return 0
 	}
 	return max(sf.RetryAfterTimestamp.Time.Sub(now), 0)
+}
+
+// UpstreamTimeLeftSeconds is upstream's startFailureBackoffTimeLeft as it
+// is: the retry time's Unix seconds minus now's Unix seconds, or zero when
+// that is not positive. It exists to show the "exact-time" deviation next
+// to [TimeLeft]; the controller does not use it. A record without a retry
+// time gives zero here (upstream would panic).
+func UpstreamTimeLeftSeconds(vm *v1.VirtualMachine, now time.Time) int64 {
+	sf := vm.Status.StartFailure
+	if sf == nil || sf.RetryAfterTimestamp == nil {
+		return 0
+	}
+	return max(sf.RetryAfterTimestamp.Time.UTC().Unix()-now.UTC().Unix(), 0)
 }
 
 // ResetCheckAt tells when Sync must be called again for a Running VMI so

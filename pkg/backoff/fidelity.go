@@ -1,0 +1,140 @@
+package backoff
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Deviation names. A FidelityRule with an empty Deviation behaves as
+// upstream does.
+const (
+	// DeviationExactTime: retry times and the time left are kept to the
+	// nanosecond instead of upstream's whole Unix seconds, because
+	// --time-scale shrinks delays below a second.
+	DeviationExactTime = "exact-time"
+)
+
+// FidelityRule is one rule of KubeVirt v1.6.0's crash-loop behaviour, as
+// its unit tests or its code state it, next to what this project does.
+type FidelityRule struct {
+	// ID names the rule: a section letter (A curve, B time left,
+	// C counting, D printable status, E manual operations, S run strategy
+	// sync) and a number.
+	ID string
+	// Rule says what situation the rule is about.
+	Rule string
+	// Upstream is KubeVirt v1.6.0's behaviour.
+	Upstream string
+	// Ours is this project's behaviour.
+	Ours string
+	// Deviation is empty when Ours is Upstream's behaviour, else the
+	// deviation's name (see the Deviation constants here and in pkg/vmops).
+	Deviation string
+	// FromCode is true when upstream has no unit test of its own for the
+	// rule and it is read from the code.
+	FromCode bool
+}
+
+// Verdict is "same" or the deviation's name.
+func (r FidelityRule) Verdict() string {
+	if r.Deviation == "" {
+		return "same"
+	}
+	return r.Deviation
+}
+
+// FidelityRules lists the rules of sections A-D and S (the controller's
+// side), in order. pkg/vmops adds section E (virt-api's side).
+func FidelityRules() []FidelityRule {
+	curve := func(id string, n int, lo, hi string) FidelityRule {
+		return FidelityRule{ID: id, Rule: fmt.Sprintf("backoff delay after failure %d", n),
+			Upstream: lo + "-" + hi + " s", Ours: lo + "-" + hi + " s"}
+	}
+	same := func(id, rule, both string, fromCode bool) FidelityRule {
+		return FidelityRule{ID: id, Rule: rule, Upstream: both, Ours: both, FromCode: fromCode}
+	}
+	return []FidelityRule{
+		curve("A1", 0, "10", "15"),
+		curve("A2", 1, "10", "15"),
+		curve("A3", 2, "40", "60"),
+		curve("A4", 3, "90", "135"),
+		curve("A5", 4, "160", "240"),
+		curve("A6", 5, "250", "300"),
+		curve("A7", 6, "300", "300"),
+		same("A8", "jitter distribution", "uniform over the whole seconds [0, base/2], then capped at 300 s (failure 5: 300 s with p = 76/126)", true),
+		same("A9", "jitter draws", "one draw per counted failure, also when the delay is capped", true),
+
+		same("B1", "time left without a start failure", "0", false),
+		same("B2", "time left, retry 300 s ahead", "300 s", false),
+		same("B3", "time left, retry 300 s past", "0", false),
+		{ID: "B4", Rule: "time left, retry 0.8 s ahead within the same second", Upstream: "0: start allowed", Ours: "800 ms", Deviation: DeviationExactTime, FromCode: true},
+		{ID: "B5", Rule: "time left, retry 0.2 s ahead across a second boundary", Upstream: "1 s", Ours: "200 ms", Deviation: DeviationExactTime, FromCode: true},
+		same("B6", "time left, retry 10 s ahead on whole seconds", "10 s", true),
+		{ID: "B7", Rule: "start failure without a retry time", Upstream: "panics (never written)", Ours: "0", Deviation: DeviationExactTime, FromCode: true},
+		{ID: "B8", Rule: "retry time written on a counted failure", Upstream: "now + delay, RFC 3339 whole seconds in the API", Ours: "now + scaled delay, to the nanosecond", Deviation: DeviationExactTime, FromCode: true},
+
+		same("C1", "Always, first VMI fails without Running", "count 1, its UID, a retry time; the VMI is deleted", false),
+		same("C2", "Always, a new VMI fails without Running", "count 2, the new UID, a new retry time; the VMI is deleted", false),
+		same("C3", "Always, VMI reaches Running", "record cleared; the VMI stays", false),
+		same("C4", "Halted, VMI Failed", "record cleared; the VMI is deleted", false),
+		same("C5", "Always, VMI Failed", "counted; the VMI is deleted", false),
+		same("C6", "Manual, VMI Failed", "record cleared; the VMI stays", false),
+		same("C7", "RerunOnFailure, VMI Failed", "counted; the VMI is deleted and {action: Start} added", false),
+		same("C8", "Once, VMI Failed", "counted; the VMI stays (Once never restarts)", false),
+		same("C9", "same VMI UID as the last counted failure", "unchanged", true),
+		same("C10", "no VMI, Always/RerunOnFailure/Once", "unchanged", true),
+		same("C11", "no VMI, Halted/Manual/WaitAsReceiver", "record cleared", true),
+		same("C12", "VMI Succeeded without Running", "counted like Failed", true),
+		same("C13", "VMI Failed after Running", "record cleared, no backoff", true),
+		same("C14", "VMI Pending/Scheduling/Scheduled/Unknown, never Running", "unchanged", true),
+		same("C15", "VMI phase Running without a Running transition timestamp", "not cleared (the rule reads phaseTransitionTimestamps)", true),
+		same("C16", "spec.running and spec.runStrategy both set", "record not cleared; a VMI that failed early is still counted", true),
+		same("C17", "first failure after a clear", "count restarts at 1", true),
+		same("C18", "VM template edited during backoff", "record kept", true),
+
+		same("D1", "printable status: Always, no VMI, count > 0", "CrashLoopBackOff", false),
+		same("D2", "printable status: RerunOnFailure, no VMI, count > 0", "CrashLoopBackOff", false),
+		same("D3", "printable status: Halted, no VMI, count > 0", "Stopped", false),
+		same("D4", "printable status: Manual, no VMI, count > 0", "Stopped", false),
+		same("D5", "printable status: Once, Running VMI, count > 0", "Running", false),
+		same("D6", "printable status: Always, Running VMI, count > 0", "Running", false),
+		same("D7", "printable status: Once, no VMI, count > 0", "CrashLoopBackOff", true),
+		same("D8", "printable status: Once, Failed VMI, count > 0", "CrashLoopBackOff", true),
+		same("D9", "printable status: Always, Failed VMI, count > 0", "CrashLoopBackOff", true),
+		same("D10", "printable status: Always, no VMI, start expected, count > 0", "Starting", true),
+		same("D11", "printable status: Always, VMI Pending/Scheduling/Scheduled, count > 0", "Starting", true),
+		same("D12", "printable status: RerunOnFailure, Succeeded VMI that never ran, count > 0", "CrashLoopBackOff (never retried)", true),
+		same("D13", "printable status: Always, no VMI, count 0", "Stopped", true),
+
+		same("S1", "Always, no VMI, pending start request, backoff running", "waits for the backoff (the request does not skip it)", true),
+		same("S2", "RerunOnFailure, no VMI, {action: Start} pending, backoff running", "waits for the backoff, the request stays", true),
+		same("S3", "RerunOnFailure, no VMI, no request, status.runStrategy RerunOnFailure", "no start", true),
+		same("S4", "Halted, no VMI, pending start request", "spec turns to Always", true),
+		same("S5", "Once, no VMI", "starts at once, no backoff check", true),
+		same("S6", "first state-change request trimmed", "start: once a live VMI exists; stop: once its VMI is gone", true),
+		same("S7", "status.runStrategy", "empty until a VMI has existed", true),
+	}
+}
+
+// FidelityMarkdown renders rules as a Markdown table: rule, what, KubeVirt
+// v1.6.0, ours, and "same" or the deviation. A rule read from upstream's
+// code rather than its unit tests is marked "(code)".
+func FidelityMarkdown(rules []FidelityRule) string {
+	var b strings.Builder
+	b.WriteString("| Rule | Situation | KubeVirt v1.6.0 | Ours | Verdict |\n")
+	b.WriteString("|---|---|---|---|---|\n")
+	for _, r := range rules {
+		id := r.ID
+		if r.FromCode {
+			id += " (code)"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n",
+			cell(id), cell(r.Rule), cell(r.Upstream), cell(r.Ours), cell(r.Verdict()))
+	}
+	return b.String()
+}
+
+// cell escapes a table cell's pipes and line breaks.
+func cell(s string) string {
+	return strings.NewReplacer("|", `\|`, "\n", " ").Replace(s)
+}
