@@ -2,6 +2,7 @@ package backoff
 
 import (
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -459,36 +460,22 @@ type tableRule struct {
 	fromCode bool
 }
 
+// tableRules lists every table row's rule. Each row type has the fields
+// rule and fromCode; reading them by reflection keeps this list from
+// repeating itself per table.
 func tableRules() []tableRule {
+	tables := []any{curveRows(), distributionRows(), timeLeftRows(), countRows(),
+		printableRows(), stepRows(), trimRows(), statusStrategyRows()}
 	var out []tableRule
-	add := func(rule string, fromCode bool) { out = append(out, tableRule{rule, fromCode}) }
-	for _, r := range curveRows() {
-		add(r.rule, r.fromCode)
-	}
-	for _, r := range distributionRows() {
-		add(r.rule, r.fromCode)
-	}
-	for _, r := range timeLeftRows() {
-		add(r.rule, r.fromCode)
-	}
-	for _, r := range countRows() {
-		add(r.rule, r.fromCode)
-	}
-	for _, r := range printableRows() {
-		add(r.rule, r.fromCode)
-	}
-	for _, r := range stepRows() {
-		add(r.rule, r.fromCode)
-	}
-	for _, r := range trimRows() {
-		add(r.rule, r.fromCode)
-	}
-	for _, r := range statusStrategyRows() {
-		add(r.rule, r.fromCode)
+	for _, table := range tables {
+		rows := reflect.ValueOf(table)
+		for i := range rows.Len() {
+			row := rows.Index(i)
+			out = append(out, tableRule{rule: row.FieldByName("rule").String(), fromCode: row.FieldByName("fromCode").Bool()})
+		}
 	}
 	// B8 (the retry time written) is checked in TestCountingRules.
-	add("B8", true)
-	return out
+	return append(out, tableRule{rule: "B8", fromCode: true})
 }
 
 func TestEveryRuleHasARow(t *testing.T) {
