@@ -34,7 +34,7 @@ type KubeVirt struct {
 // Delay implements Curve. It draws exactly one jitter value per call, even
 // when the result is capped, as upstream's calculateStartBackoffTime does
 // (it always calls rand.Intn(base/2+1) and caps afterwards), so a seeded
-// source is consumed at the same pace as upstream's.
+// source is consumed at the same pace as upstream's. r must not be nil.
 func (k KubeVirt) Delay(failCount int, r Rand) time.Duration {
 	maxSec := int64(k.maxDelay() / time.Second)
 	// Counts above 2^15 give the cap for any sane MaxDelay; clamping keeps

@@ -47,8 +47,15 @@ func (r FidelityRule) Verdict() string {
 // side), in order. pkg/vmops adds section E (virt-api's side).
 func FidelityRules() []FidelityRule {
 	curve := func(id string, n int, lo, hi string) FidelityRule {
-		return FidelityRule{ID: id, Rule: fmt.Sprintf("backoff delay after failure %d", n),
-			Upstream: lo + "-" + hi + " s", Ours: lo + "-" + hi + " s"}
+		rule := fmt.Sprintf("backoff delay, failure count %d", n)
+		if n == 0 {
+			rule += " (taken as 1)"
+		}
+		d := lo + "-" + hi + " s"
+		if lo == hi {
+			d = lo + " s (the cap)"
+		}
+		return FidelityRule{ID: id, Rule: rule, Upstream: d, Ours: d}
 	}
 	same := func(id, rule, both string, fromCode bool) FidelityRule {
 		return FidelityRule{ID: id, Rule: rule, Upstream: both, Ours: both, FromCode: fromCode}
@@ -60,7 +67,7 @@ func FidelityRules() []FidelityRule {
 		curve("A4", 3, "90", "135"),
 		curve("A5", 4, "160", "240"),
 		curve("A6", 5, "250", "300"),
-		curve("A7", 6, "300", "300"),
+		curve("A7", 6, "300", "300"), // and every count above
 		same("A8", "jitter distribution", "uniform over the whole seconds [0, base/2], then capped at 300 s (failure 5: 300 s with p = 76/126)", true),
 		same("A9", "jitter draws", "one draw per counted failure, also when the delay is capped", true),
 
@@ -91,6 +98,7 @@ func FidelityRules() []FidelityRule {
 		same("C16", "spec.running and spec.runStrategy both set", "record not cleared; a VMI that failed early is still counted", true),
 		same("C17", "first failure after a clear", "count restarts at 1", true),
 		same("C18", "VM template edited during backoff", "record kept", true),
+		same("C19", "launcher cannot be created", "VMI stays Pending with Synchronized=False reason FailedCreate; not counted", true),
 
 		same("D1", "printable status: Always, no VMI, count > 0", "CrashLoopBackOff", false),
 		same("D2", "printable status: RerunOnFailure, no VMI, count > 0", "CrashLoopBackOff", false),

@@ -1,6 +1,7 @@
 package backoff
 
 import (
+	"errors"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -203,6 +204,8 @@ func countRows() []countRow {
 	edited := vm(v1.RunStrategyAlways, &record{count: 4, uid: "a", retryIn: time.Minute})
 	edited.Spec.Template.ObjectMeta.Annotations = map[string]string{"edited": "yes"}
 	edited.Generation = 7
+	launchFailed := fixtureVMI("456", v1.Pending)
+	launchFailed.Status.Conditions = []v1.VirtualMachineInstanceCondition{FailedCreateCondition(errors.New("exec: no such file"), t0())}
 	return []countRow{
 		{rule: "C1", name: "first failure without Running", vm: vm(v1.RunStrategyAlways, nil), vmi: fixtureVMI("123", v1.Failed),
 			wantCount: 1, wantUID: "123", newRetry: true, deleteVMI: true},
@@ -245,6 +248,8 @@ func countRows() []countRow {
 			before: fixtureVMI("b", v1.Running, phaseAt{v1.Running, 0}), vmi: fixtureVMI("c", v1.Failed),
 			wantCount: 1, wantUID: "c", newRetry: true, deleteVMI: true},
 		{rule: "C18", fromCode: true, name: "template edited", vm: edited, wantCount: 4, wantUID: "a"},
+		{rule: "C19", fromCode: true, name: "launcher could not be created", vm: vm(v1.RunStrategyAlways, ahead), vmi: launchFailed,
+			wantCount: 1, wantUID: "123"},
 	}
 }
 
@@ -507,6 +512,14 @@ func TestEveryRuleHasARow(t *testing.T) {
 		if r.Deviation == "" && r.Upstream != r.Ours {
 			t.Errorf("rule %s says same but upstream %q and ours %q differ", r.ID, r.Upstream, r.Ours)
 		}
+	}
+}
+
+func TestFailedCreateCondition(t *testing.T) {
+	c := FailedCreateCondition(errors.New("boom"), t0())
+	if c.Type != v1.VirtualMachineInstanceSynchronized || c.Status != "False" || c.Reason != "FailedCreate" ||
+		c.Message != "failed to create virtual machine pod: boom" || !c.LastTransitionTime.Time.Equal(t0()) {
+		t.Fatalf("FailedCreateCondition = %+v", c)
 	}
 }
 
