@@ -90,4 +90,5 @@ buildah bud --quiet --isolation chroot --layers --label "$label=$inputs" \
 if [ -n "$old" ] && [ "$old" != "$(podman image inspect --format '{{.Id}}' "$image")" ]; then
 	podman rmi "$old" >/dev/null 2>&1 || true
 fi
-podman image inspect --format "built $image in $((SECONDS - start))s: {{printf \"%.12s\" .Id}}, {{.Size}} bytes" "$image"
+read -r id size < <(podman image inspect --format '{{.Id}} {{.Size}}' "$image")
+echo "built $image in $((SECONDS - start))s: ${id:0:12}, $size bytes"
