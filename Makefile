@@ -83,8 +83,8 @@ lint: deps
 	@set -e; for m in tools/clusterlite/*/; do (cd $$m && $(GO) vet ./...); done
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
-## functest: the ginkgo suites on real VMs; one JUnit file per suite in _build/junit/
-functest: build images clusterlite
+## functest: the ginkgo suites on real VMs (the image suite runs the launcher image); one JUnit file per suite in _build/junit/
+functest: build images clusterlite image
 	@mkdir -p $(BUILD)/junit
 	@set -e; for suite in $$(grep -l 'RunSpecs(' functests/*/*_test.go | xargs -n1 dirname | sort -u); do \
 		name=$$(basename $$suite); \

@@ -1,0 +1,257 @@
+package image_test
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	v1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/crashloop-harness/crashloop/functests/ctlharness"
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
+	"github.com/crashloop-harness/crashloop/pkg/qemu"
+)
+
+// repoRoot is two folders up from this suite.
+func repoRoot() string {
+	wd, err := os.Getwd()
+	Expect(err).NotTo(HaveOccurred())
+	return filepath.Join(wd, "..", "..")
+}
+
+// imageDir is the node's guest images (make images), mounted into every
+// container at the launcher's default --image-dir.
+func imageDir() string { return filepath.Join(repoRoot(), "_build", "images") }
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%x", b)
+}
+
+// nodeKVM reports whether the node has KVM that runs ordinary guests (the
+// launcher's own rule), so that the container gets /dev/kvm.
+func nodeKVM() bool {
+	host, err := qemu.ReadHostVirt()
+	Expect(err).NotTo(HaveOccurred())
+	accel, _ := qemu.ChooseAccel(qemu.AccelAuto, host)
+	return accel == qemu.AccelKVM
+}
+
+// Container is one `podman run` of the launcher image on one VMI.
+type Container struct {
+	// Name is the VMI's name; Domain its libvirt domain (namespace_name).
+	Name, Domain string
+	// ID is the container's ID, from podman's --cidfile.
+	ID string
+	// Dir holds the manifest, the cidfile and the mounted log folder.
+	Dir    string
+	cmd    *exec.Cmd
+	events chan launcherapi.Event
+	all    []launcherapi.Event
+	stderr *bytes.Buffer
+	done   chan struct{}
+	exit   int
+}
+
+// podman runs a podman command and returns its combined output.
+func podman(args ...string) (string, error) {
+	out, err := exec.Command("podman", args...).CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+// runArgs is the podman command line of the README: runc (crun refuses
+// this host's hybrid cgroups), explicit rlimits (the sandbox lacks
+// CAP_SYS_RESOURCE to raise them), --init (catatonit as PID 1), no network
+// (the test VMI has no interface), the guest images read-only, no
+// privileges beyond the defaults, and /dev/kvm only where the node has
+// usable KVM (these nodes have only PVM, so TCG).
+func runArgs(dir string, kvm bool, extra []string) []string {
+	args := []string{"run", "--rm", "--runtime", "runc", "--init", "--network", "none",
+		"--cidfile", filepath.Join(dir, "cid"),
+		"--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768",
+		"-v", imageDir() + ":/usr/share/crashloop/images:ro",
+		"-v", dir + "/vmi:/vmi:ro",
+		"-v", dir + "/log:/var/log/crashloop",
+		"-v", capsCache + ":/var/cache/crashloop/qemu-capabilities"}
+	if kvm {
+		args = append(args, "--device", "/dev/kvm")
+	}
+	args = append(args, extra...)
+	return append(args, Image, "--log-level", "debug", "/vmi/vmi.yaml")
+}
+
+// Run starts the image on a fresh test-guest VMI (kernelArgs "" is the
+// guest's default: it stays up) with extra podman flags, and waits for the
+// container's ID. Cleanup removes the container by its ID if it is still
+// there and checks that no QEMU of its domain survives.
+func Run(kernelArgs string, extra ...string) *Container {
+	name := "img-" + randomHex(4)
+	dir, err := os.MkdirTemp("", "cl-image-ft-")
+	Expect(err).NotTo(HaveOccurred())
+	for _, sub := range []string{"vmi", "log"} {
+		Expect(os.Mkdir(filepath.Join(dir, sub), 0o755)).To(Succeed())
+	}
+	vm := ctlharness.TestGuestVM(name, "", nil, kernelArgs)
+	vmi := &v1.VirtualMachineInstance{ObjectMeta: vm.Spec.Template.ObjectMeta, Spec: vm.Spec.Template.Spec}
+	vmi.APIVersion, vmi.Kind = v1.GroupVersion.String(), "VirtualMachineInstance"
+	vmi.Name, vmi.Namespace = name, vm.Namespace
+	vmi.UID = uuid.NewUUID()
+	data, err := yaml.Marshal(vmi)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(os.WriteFile(filepath.Join(dir, "vmi", "vmi.yaml"), data, 0o644)).To(Succeed())
+
+	kvm := nodeKVM()
+	c := &Container{Name: name, Domain: vmi.Namespace + "_" + name, Dir: dir,
+		events: make(chan launcherapi.Event, 100), stderr: &bytes.Buffer{}, done: make(chan struct{})}
+	c.cmd = exec.Command("podman", runArgs(dir, kvm, extra)...)
+	c.cmd.Stderr = c.stderr
+	stdout, err := c.cmd.StdoutPipe()
+	Expect(err).NotTo(HaveOccurred())
+	Expect(c.cmd.Start()).To(Succeed())
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			ev, err := launcherapi.ParseEvent(sc.Bytes())
+			if err != nil {
+				GinkgoWriter.Printf("not an event: %v\n", err)
+				continue
+			}
+			c.events <- ev
+		}
+		close(c.events)
+		err := c.cmd.Wait()
+		c.exit = 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			c.exit = ee.ExitCode()
+		} else if err != nil {
+			c.exit = -1
+		}
+		close(c.done)
+	}()
+	DeferCleanup(c.cleanup)
+	Eventually(func() string {
+		b, _ := os.ReadFile(filepath.Join(dir, "cid"))
+		return strings.TrimSpace(string(b))
+	}).WithTimeout(60*time.Second).WithPolling(50*time.Millisecond).ShouldNot(BeEmpty(), "podman wrote no container ID; stderr:\n%s", c.stderr)
+	b, _ := os.ReadFile(filepath.Join(dir, "cid"))
+	c.ID = strings.TrimSpace(string(b))
+	return c
+}
+
+func (c *Container) cleanup() {
+	if c.ID != "" {
+		if _, err := podman("container", "exists", c.ID); err == nil {
+			out, err := podman("rm", "--force", "--time", "0", c.ID)
+			Expect(err).NotTo(HaveOccurred(), "removing container %s: %s", c.ID, out)
+		}
+	}
+	select {
+	case <-c.done:
+	case <-time.After(60 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-c.done
+	}
+	Eventually(func() []int { return qemu.FindQEMU(c.Domain, "") }).WithTimeout(10*time.Second).WithPolling(100*time.Millisecond).
+		Should(BeEmpty(), "a QEMU of %s outlived its container", c.Domain)
+	if CurrentSpecReport().Failed() {
+		GinkgoWriter.Printf("podman/launcher stderr:\n%s\n", c.stderr.String())
+		logs, _ := filepath.Glob(filepath.Join(c.Dir, "log", "*"))
+		for _, l := range logs {
+			if b, err := os.ReadFile(l); err == nil {
+				GinkgoWriter.Printf("%s:\n%s\n", filepath.Base(l), b)
+			}
+		}
+	}
+	Expect(os.RemoveAll(c.Dir)).To(Succeed())
+}
+
+// Next waits for the next event, up to timeout.
+func (c *Container) Next(timeout time.Duration) launcherapi.Event {
+	select {
+	case ev, ok := <-c.events:
+		Expect(ok).To(BeTrue(), "the container closed its output; events so far: %v\nstderr:\n%s", c.names(), c.stderr.String())
+		c.all = append(c.all, ev)
+		return ev
+	case <-time.After(timeout):
+		Fail(fmt.Sprintf("no event within %v; events so far: %v", timeout, c.names()))
+	}
+	return launcherapi.Event{}
+}
+
+// WaitFor skips events until one named name arrives.
+func (c *Container) WaitFor(name string, timeout time.Duration) launcherapi.Event {
+	deadline := time.Now().Add(timeout)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			Fail(fmt.Sprintf("no %s event within %v; events so far: %v", name, timeout, c.names()))
+		}
+		if ev := c.Next(left); ev.Event == name {
+			return ev
+		}
+	}
+}
+
+// Exit waits for `podman run` to end and returns its exit code (the
+// container's), draining the remaining events.
+func (c *Container) Exit(timeout time.Duration) int {
+	deadline := time.After(timeout)
+	for {
+		select {
+		case ev, ok := <-c.events:
+			if ok {
+				c.all = append(c.all, ev)
+			}
+		case <-c.done:
+			for ev := range c.events {
+				c.all = append(c.all, ev)
+			}
+			return c.exit
+		case <-deadline:
+			Fail(fmt.Sprintf("the container did not exit within %v; events: %v", timeout, c.names()))
+		}
+	}
+}
+
+// Kill sends sig to the container through podman.
+func (c *Container) Kill(sig string) {
+	out, err := podman("kill", "--signal", sig, c.ID)
+	Expect(err).NotTo(HaveOccurred(), "podman kill -s %s %s: %s", sig, c.ID, out)
+}
+
+// Inspect reads one field of `podman inspect` (a Go template).
+func (c *Container) Inspect(format string) string {
+	out, err := podman("container", "inspect", "--format", format, c.ID)
+	Expect(err).NotTo(HaveOccurred(), "podman inspect %s: %s", c.ID, out)
+	return out
+}
+
+func (c *Container) names() []string {
+	var n []string
+	for _, e := range c.all {
+		n = append(n, e.Event+"/"+e.Reason)
+	}
+	return n
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+func final(ev launcherapi.Event) (string, string, int) {
+	code := -1
+	if ev.ExitCode != nil {
+		code = *ev.ExitCode
+	}
+	return ev.Phase, ev.Reason, code
+}
