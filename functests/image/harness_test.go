@@ -3,13 +3,13 @@ package image_test
 import (
 	"bufio"
 	"bytes"
-	"crypto/rand"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -34,12 +34,6 @@ func repoRoot() string {
 // container at the launcher's default --image-dir.
 func imageDir() string { return filepath.Join(repoRoot(), "_build", "images") }
 
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return fmt.Sprintf("%x", b)
-}
-
 // nodeKVM reports whether the node has KVM that runs ordinary guests (the
 // launcher's own rule), so that the container gets /dev/kvm.
 func nodeKVM() bool {
@@ -58,11 +52,12 @@ type Container struct {
 	// Dir holds the manifest, the cidfile and the mounted log folder.
 	Dir    string
 	cmd    *exec.Cmd
-	events chan launcherapi.Event
-	all    []launcherapi.Event
 	stderr *bytes.Buffer
-	done   chan struct{}
-	exit   int
+	done   chan struct{} // closed when `podman run` has returned
+	exit   int           // its exit code, once done is closed
+
+	mu     sync.Mutex
+	events []launcherapi.Event
 }
 
 // podman runs a podman command and returns its combined output.
@@ -97,7 +92,8 @@ func runArgs(dir string, kvm bool, extra []string) []string {
 // container's ID. Cleanup removes the container by its ID if it is still
 // there and checks that no QEMU of its domain survives.
 func Run(kernelArgs string, extra ...string) *Container {
-	name := "img-" + randomHex(4)
+	uid := uuid.NewUUID()
+	name := "img-" + string(uid)[:8]
 	dir, err := os.MkdirTemp("", "cl-image-ft-")
 	Expect(err).NotTo(HaveOccurred())
 	for _, sub := range []string{"vmi", "log"} {
@@ -107,14 +103,14 @@ func Run(kernelArgs string, extra ...string) *Container {
 	vmi := &v1.VirtualMachineInstance{ObjectMeta: vm.Spec.Template.ObjectMeta, Spec: vm.Spec.Template.Spec}
 	vmi.APIVersion, vmi.Kind = v1.GroupVersion.String(), "VirtualMachineInstance"
 	vmi.Name, vmi.Namespace = name, vm.Namespace
-	vmi.UID = uuid.NewUUID()
+	vmi.UID = uid
 	data, err := yaml.Marshal(vmi)
 	Expect(err).NotTo(HaveOccurred())
 	Expect(os.WriteFile(filepath.Join(dir, "vmi", "vmi.yaml"), data, 0o644)).To(Succeed())
 
 	kvm := nodeKVM()
 	c := &Container{Name: name, Domain: vmi.Namespace + "_" + name, Dir: dir,
-		events: make(chan launcherapi.Event, 100), stderr: &bytes.Buffer{}, done: make(chan struct{})}
+		stderr: &bytes.Buffer{}, done: make(chan struct{})}
 	c.cmd = exec.Command("podman", runArgs(dir, kvm, extra)...)
 	c.cmd.Stderr = c.stderr
 	stdout, err := c.cmd.StdoutPipe()
@@ -128,9 +124,10 @@ func Run(kernelArgs string, extra ...string) *Container {
 				GinkgoWriter.Printf("not an event: %v\n", err)
 				continue
 			}
-			c.events <- ev
+			c.mu.Lock()
+			c.events = append(c.events, ev)
+			c.mu.Unlock()
 		}
-		close(c.events)
 		err := c.cmd.Wait()
 		c.exit = 0
 		if ee, ok := err.(*exec.ExitError); ok {
@@ -177,52 +174,38 @@ func (c *Container) cleanup() {
 	Expect(os.RemoveAll(c.Dir)).To(Succeed())
 }
 
-// Next waits for the next event, up to timeout.
-func (c *Container) Next(timeout time.Duration) launcherapi.Event {
-	select {
-	case ev, ok := <-c.events:
-		Expect(ok).To(BeTrue(), "the container closed its output; events so far: %v\nstderr:\n%s", c.names(), c.stderr.String())
-		c.all = append(c.all, ev)
-		return ev
-	case <-time.After(timeout):
-		Fail(fmt.Sprintf("no event within %v; events so far: %v", timeout, c.names()))
-	}
-	return launcherapi.Event{}
+// Events is what the container wrote on its stdout so far.
+func (c *Container) Events() []launcherapi.Event {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]launcherapi.Event(nil), c.events...)
 }
 
-// WaitFor skips events until one named name arrives.
+// WaitFor waits up to timeout for the first event named name.
 func (c *Container) WaitFor(name string, timeout time.Duration) launcherapi.Event {
-	deadline := time.Now().Add(timeout)
-	for {
-		left := time.Until(deadline)
-		if left <= 0 {
-			Fail(fmt.Sprintf("no %s event within %v; events so far: %v", name, timeout, c.names()))
+	var found launcherapi.Event
+	Eventually(func() bool {
+		for _, ev := range c.Events() {
+			if ev.Event == name {
+				found = ev
+				return true
+			}
 		}
-		if ev := c.Next(left); ev.Event == name {
-			return ev
-		}
-	}
+		return false
+	}).WithTimeout(timeout).WithPolling(50*time.Millisecond).Should(BeTrue(),
+		func() string {
+			return fmt.Sprintf("no %s event; events so far: %v\nstderr:\n%s", name, c.names(), c.stderr)
+		})
+	return found
 }
 
-// Exit waits for `podman run` to end and returns its exit code (the
-// container's), draining the remaining events.
+// Exit waits up to timeout for `podman run` to end and returns its exit
+// code (the container's).
 func (c *Container) Exit(timeout time.Duration) int {
-	deadline := time.After(timeout)
-	for {
-		select {
-		case ev, ok := <-c.events:
-			if ok {
-				c.all = append(c.all, ev)
-			}
-		case <-c.done:
-			for ev := range c.events {
-				c.all = append(c.all, ev)
-			}
-			return c.exit
-		case <-deadline:
-			Fail(fmt.Sprintf("the container did not exit within %v; events: %v", timeout, c.names()))
-		}
-	}
+	Eventually(c.done).WithTimeout(timeout).Should(BeClosed(), func() string {
+		return fmt.Sprintf("the container did not exit; events: %v", c.names())
+	})
+	return c.exit
 }
 
 // Kill sends sig to the container through podman.
@@ -240,7 +223,7 @@ func (c *Container) Inspect(format string) string {
 
 func (c *Container) names() []string {
 	var n []string
-	for _, e := range c.all {
+	for _, e := range c.Events() {
 		n = append(n, e.Event+"/"+e.Reason)
 	}
 	return n

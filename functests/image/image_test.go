@@ -25,8 +25,8 @@ func inContainer(pid int) {
 var _ = Describe("the launcher image", func() {
 	It("boots the test guest to Running and GuestReady, unprivileged, and stops gracefully on SIGTERM", func() {
 		c := Run("")
-		sched := c.Next(60 * time.Second)
-		Expect(sched.Event).To(Equal(launcherapi.EventScheduled))
+		sched := c.WaitFor(launcherapi.EventScheduled, 60*time.Second)
+		Expect(c.Events()[0].Event).To(Equal(launcherapi.EventScheduled), "the first line")
 		Expect(sched.VMI).To(Equal(c.Name))
 		if !nodeKVM() {
 			Expect(sched.Details["accel"]).To(Equal("tcg"))
@@ -68,7 +68,7 @@ var _ = Describe("the launcher image", func() {
 		c.Kill("KILL")
 		Expect(c.Exit(60*time.Second)).To(Equal(137), "SIGKILL: 128+9")
 		AddReportEntry("image-kill", fmt.Sprintf("SIGKILL->podman run returned %.2fs", time.Since(kill).Seconds()))
-		for _, ev := range c.all {
+		for _, ev := range c.Events() {
 			Expect(ev.Final()).To(BeFalse(), "a killed launcher writes no final event, got %s", ev.Event)
 		}
 		Eventually(func() []int { return qemu.FindQEMU(c.Domain, "") }).WithTimeout(10*time.Second).WithPolling(50*time.Millisecond).
