@@ -184,14 +184,9 @@ func (c *Container) Events() []launcherapi.Event {
 // WaitFor waits up to timeout for the first event named name.
 func (c *Container) WaitFor(name string, timeout time.Duration) launcherapi.Event {
 	var found launcherapi.Event
-	Eventually(func() bool {
-		for _, ev := range c.Events() {
-			if ev.Event == name {
-				found = ev
-				return true
-			}
-		}
-		return false
+	Eventually(func() (ok bool) {
+		found, ok = c.find(name)
+		return ok
 	}).WithTimeout(timeout).WithPolling(50*time.Millisecond).Should(BeTrue(),
 		func() string {
 			return fmt.Sprintf("no %s event; events so far: %v\nstderr:\n%s", name, c.names(), c.stderr)
@@ -221,6 +216,16 @@ func (c *Container) Inspect(format string) string {
 	return out
 }
 
+// find returns the first event named name seen so far.
+func (c *Container) find(name string) (launcherapi.Event, bool) {
+	for _, ev := range c.Events() {
+		if ev.Event == name {
+			return ev, true
+		}
+	}
+	return launcherapi.Event{}, false
+}
+
 func (c *Container) names() []string {
 	var n []string
 	for _, e := range c.Events() {
@@ -237,4 +242,47 @@ func final(ev launcherapi.Event) (string, string, int) {
 		code = *ev.ExitCode
 	}
 	return ev.Phase, ev.Reason, code
+}
+
+// OOMKills follows the container's memory cgroup (cgroup v1:
+// memory.oom_control, v2: memory.events) and returns a function that gives
+// the highest oom_kill count seen: the counters go with the cgroup when
+// the container ends, so they are read every 10 ms while it runs.
+func (c *Container) OOMKills() func() int {
+	path := c.Inspect("{{.State.CgroupPath}}")
+	file := filepath.Join("/sys/fs/cgroup", path, "memory.events")
+	if _, err := os.Stat("/sys/fs/cgroup/memory"); err == nil {
+		file = filepath.Join("/sys/fs/cgroup/memory", path, "memory.oom_control")
+	}
+	_, err := os.Stat(file)
+	Expect(err).NotTo(HaveOccurred(), "the container's memory cgroup counters")
+	var mu sync.Mutex
+	most := 0
+	go func() {
+		for {
+			select {
+			case <-c.done:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			data, err := os.ReadFile(file)
+			if err != nil {
+				continue
+			}
+			for _, line := range strings.Split(string(data), "\n") {
+				if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+					if n, err := strconv.Atoi(v); err == nil {
+						mu.Lock()
+						most = max(most, n)
+						mu.Unlock()
+					}
+				}
+			}
+		}
+	}()
+	return func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return most
+	}
 }

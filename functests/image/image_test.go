@@ -80,4 +80,25 @@ var _ = Describe("the launcher image", func() {
 		Eventually(func() bool { _, err := os.Stat(upper); return os.IsNotExist(err) }).WithTimeout(10*time.Second).
 			Should(BeTrue(), "the container's folder %s is left", upper)
 	})
+
+	It("is OOM-killed by the kernel when its memory limit is below what QEMU needs", Label("oom"), func() {
+		// 64 MiB for the launcher and a QEMU with a 256 MiB guest; no swap.
+		c := Run("", "--memory", "64m", "--memory-swap", "64m")
+		Expect(c.Inspect("{{.HostConfig.Memory}}")).To(Equal("67108864"))
+		kills := c.OOMKills()
+		end := c.WaitFor(launcherapi.EventFailed, 180*time.Second)
+		phase, reason, code := final(end)
+		Expect(phase).To(Equal(launcherapi.PhaseFailed))
+		// Killed after Running is a crash, before it a QEMU failure.
+		_, ran := c.find(launcherapi.EventRunning)
+		if ran {
+			Expect([]any{reason, code}).To(Equal([]any{launcherapi.ReasonVMCrashed, 13}))
+		} else {
+			Expect([]any{reason, code}).To(Equal([]any{launcherapi.ReasonQemuFailed, 12}))
+		}
+		Expect(end.Message).To(ContainSubstring("SIGKILL"), "the kernel's OOM killer sends SIGKILL")
+		Expect(c.Exit(60*time.Second)).To(Equal(code), "the container's exit code is the launcher's")
+		Expect(kills()).To(BeNumerically(">=", 1), "the container's memory cgroup counts the OOM kill")
+		AddReportEntry("image-oom", fmt.Sprintf("Running reached: %v; final %s/%s exit %d; cgroup oom_kill %d", ran, phase, reason, code, kills()))
+	})
 })
