@@ -113,6 +113,10 @@ func Run(kernelArgs string, extra ...string) *Container {
 		stderr: &bytes.Buffer{}, done: make(chan struct{})}
 	c.cmd = exec.Command("podman", runArgs(dir, kvm, extra)...)
 	c.cmd.Stderr = c.stderr
+	// conmon writes a file "oom" into its working folder when the
+	// container's cgroup has an OOM kill (podman 4.3 does not look there):
+	// keep it in the container's folder.
+	c.cmd.Dir = dir
 	stdout, err := c.cmd.StdoutPipe()
 	Expect(err).NotTo(HaveOccurred())
 	Expect(c.cmd.Start()).To(Succeed())

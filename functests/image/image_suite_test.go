@@ -4,8 +4,9 @@
 // compute container: unprivileged (runc, explicit rlimits, no /dev/kvm
 // unless the node has usable KVM), events read from the container's
 // stdout. It checks the boot to Running and GuestReady, a graceful stop on
-// SIGTERM, and that SIGKILL of the container leaves no QEMU, no container
-// and no folder. It builds nothing: `make functest` builds the image first
+// SIGTERM, that SIGKILL of the container leaves no QEMU, no container
+// and no folder, and that a memory limit below QEMU's needs gets QEMU
+// OOM-killed by the kernel (label "oom"). It builds nothing: `make functest` builds the image first
 // (label "image").
 package image_test
 

@@ -3,6 +3,7 @@ package image_test
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -99,6 +100,8 @@ var _ = Describe("the launcher image", func() {
 		Expect(end.Message).To(ContainSubstring("SIGKILL"), "the kernel's OOM killer sends SIGKILL")
 		Expect(c.Exit(60*time.Second)).To(Equal(code), "the container's exit code is the launcher's")
 		Expect(kills()).To(BeNumerically(">=", 1), "the container's memory cgroup counts the OOM kill")
-		AddReportEntry("image-oom", fmt.Sprintf("Running reached: %v; final %s/%s exit %d; cgroup oom_kill %d", ran, phase, reason, code, kills()))
+		_, err := os.Stat(filepath.Join(c.Dir, "oom"))
+		AddReportEntry("image-oom", fmt.Sprintf("Running reached: %v; final %s/%s exit %d; cgroup oom_kill %d; conmon's oom file: %v",
+			ran, phase, reason, code, kills(), err == nil))
 	})
 })
