@@ -38,17 +38,19 @@ var _ = BeforeSuite(func() {
 		Skip("podman is not installed: `make image` installs it and builds " + Image)
 	}
 	// make image keeps the image in an overlay store of its own when the
-	// user's store is not overlay, and says so in this file.
-	if conf := filepath.Join(repoRoot(), "_build", "containers", "storage.conf"); os.Getenv("CONTAINERS_STORAGE_CONF") == "" {
-		if _, err := os.Stat(conf); err == nil {
-			Expect(os.Setenv("CONTAINERS_STORAGE_CONF", conf)).To(Succeed())
-		}
+	// user's store is not overlay, and names it in this file.
+	if conf := filepath.Join(repoRoot(), "_build", "containers", "storage.conf"); fileExists(conf) {
+		Expect(os.Setenv("CONTAINERS_STORAGE_CONF", conf)).To(Succeed())
 	}
 	out, err := exec.Command("podman", "image", "inspect", "--format", "{{.Id}}", Image).CombinedOutput()
 	Expect(err).NotTo(HaveOccurred(), "%s is not built: run `make image` first\n%s", Image, out)
-	_, err = os.Stat(filepath.Join(imageDir(), "images.json"))
-	Expect(err).NotTo(HaveOccurred(), "the test guest is not built: run `make images` first")
+	Expect(fileExists(filepath.Join(imageDir(), "images.json"))).To(BeTrue(), "the test guest is not built: run `make images` first")
 	capsCache, err = os.MkdirTemp("", "cl-image-caps-")
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(os.RemoveAll, capsCache)
 })
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}

@@ -32,25 +32,25 @@ launcher=$bin_dir/virt-launcher
 mkdir -p "$build_dir"
 build_dir=$(cd "$build_dir" && pwd)
 
-# Storage: overlay, without touching the user's configuration.
+# Storage: overlay, without touching the user's configuration. When the
+# store podman uses (CONTAINERS_STORAGE_CONF or the default) is not overlay,
+# the image goes to an overlay store of our own.
 conf=$build_dir/containers/storage.conf
-if [ -z "${CONTAINERS_STORAGE_CONF:-}" ] && [ ! -f "$conf" ]; then
-	driver=$(podman info --format '{{.Store.GraphDriverName}}' 2>/dev/null || true)
-	if [ "$driver" != overlay ]; then
-		echo "podman's store uses the '${driver:-unknown}' driver; keeping the launcher image in an overlay store under $build_dir/containers"
-		mkdir -p "$build_dir/containers/storage"
+driver=$(podman info --format '{{.Store.GraphDriverName}}' 2>/dev/null || true)
+if [ "$driver" != overlay ]; then
+	if [ ! -f "$conf" ]; then
+		mkdir -p "$build_dir/containers/storage" "$build_dir/containers/run"
 		cat >"$conf" <<CONF
 # written by images/launcher/build.sh: an overlay store for the launcher image
 [storage]
 driver = "overlay"
 graphroot = "$build_dir/containers/storage"
-runroot = "/run/crashloop-containers"
+runroot = "$build_dir/containers/run"
 CONF
 	fi
-fi
-if [ -z "${CONTAINERS_STORAGE_CONF:-}" ] && [ -f "$conf" ]; then
 	export CONTAINERS_STORAGE_CONF=$conf
-	echo "using CONTAINERS_STORAGE_CONF=$conf"
+	echo "podman's store uses the '${driver:-unknown}' driver, not overlay: the launcher image goes to an overlay store of its own;"
+	echo "  use it with: export CONTAINERS_STORAGE_CONF=$conf"
 fi
 
 # The base: Debian's archive through debootstrap, imported once.
