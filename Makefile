@@ -11,10 +11,12 @@ CLUSTERLITE_BIN := $(BUILD)/clusterlite/bin
 IMAGES := $(BUILD)/images
 DEB_PACKAGES := qemu-system-x86 qemu-utils libvirt-daemon libvirt-daemon-driver-qemu libvirt-daemon-system \
 	libvirt-clients libvirt-dev busybox-static cpio pkg-config iproute2
+# the launcher image's tools (make image only): container tools and debootstrap
+IMAGE_DEB_PACKAGES := buildah podman skopeo runc slirp4netns uidmap catatonit debootstrap
 FUZZTIME ?= 20s
 FUNCTEST_FLAGS ?=
 
-.PHONY: all deps images build clusterlite cluster-up run run-launcher test unit functest fuzz lint bench clean
+.PHONY: all deps image-deps image images build clusterlite cluster-up run run-launcher test unit functest fuzz lint bench clean
 
 all: build
 
@@ -26,6 +28,20 @@ deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 			-o Dpkg::Options::=--force-confnew $$missing >/dev/null; \
 	fi
+
+## image-deps: install the container tools that `make image` needs, when missing
+image-deps:
+	@missing=$$(for p in $(IMAGE_DEB_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing:" $$missing; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			-o Dpkg::Options::=--force-confnew $$missing >/dev/null; \
+	fi
+
+## image: the virt-launcher container image localhost/crashloop/virt-launcher:latest (buildah, Debian
+## packages only, the binary from `make build`); reused when its inputs did not change
+image: image-deps build
+	images/launcher/build.sh $(BIN) $(BUILD)
 
 ## images: build the test guest (Debian kernel + busybox initramfs) into _build/images
 images: deps
@@ -67,8 +83,8 @@ lint: deps
 	@set -e; for m in tools/clusterlite/*/; do (cd $$m && $(GO) vet ./...); done
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
-## functest: the ginkgo suites on real VMs; one JUnit file per suite in _build/junit/
-functest: build images clusterlite
+## functest: the ginkgo suites on real VMs (the image suite runs the launcher image); one JUnit file per suite in _build/junit/
+functest: build images clusterlite image
 	@mkdir -p $(BUILD)/junit
 	@set -e; for suite in $$(grep -l 'RunSpecs(' functests/*/*_test.go | xargs -n1 dirname | sort -u); do \
 		name=$$(basename $$suite); \

@@ -54,7 +54,11 @@ func PrepareEmbedRoot(root, cacheDir string) error {
 	if err := os.MkdirAll(filepath.Join(root, "etc"), 0o700); err != nil {
 		return fmt.Errorf("creating libvirt root: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(root, "etc", "qemu.conf"), []byte(embedQEMUConf), 0o600); err != nil {
+	confined, err := DetectConfinement()
+	if err != nil {
+		return fmt.Errorf("checking the launcher's privileges: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc", "qemu.conf"), []byte(embedQEMUConf+confined.QEMUConf()), 0o600); err != nil {
 		return fmt.Errorf("writing qemu.conf: %w", err)
 	}
 	if cacheDir == "" {
