@@ -165,10 +165,14 @@ func (l *launch) after(d time.Duration, fn func()) {
 		return
 	}
 	l.timers = append(l.timers, l.cfg.Clock.AfterFunc(d, func() {
-		select {
-		case l.due <- fn:
-		case <-l.done:
-		}
+		// Hand fn over on a goroutine of its own: a clock may run this
+		// callback while it holds a lock that the lifecycle needs.
+		go func() {
+			select {
+			case l.due <- fn:
+			case <-l.done:
+			}
+		}()
 	}))
 }
 

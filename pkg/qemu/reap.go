@@ -23,7 +23,10 @@ import (
 // domain's QEMU) is reaped at once and its wait status delivered; a child
 // marked Leave (started by os/exec, whose Wait reaps it) is left alone;
 // any other child is left for Grace to whoever forked it (libvirt waits
-// for its own children by pid) and then reaped.
+// for its own children by pid) and then reaped. waitid shows one exited
+// child at a time, so a child left to os/exec hides the others until its
+// Wait, which os/exec's users call at once (Reaper.Done does); watched
+// children are still reaped meanwhile.
 type Children struct {
 	// Grace is how long an exited child nobody watches is left to its
 	// own waiter before it is reaped here.
