@@ -1,8 +1,7 @@
 package faults
 
-// Action is the typed form of a firing fault: one of LauncherCrash,
-// LibvirtError, QemuHang, QemuSlowStart, QemuKill, QemuBadConfig, GuestPanic,
-// GuestPowerOff, GuestNoReady, DiskIOError. Faults without `after` carry the
+// Action is the typed form of a firing fault: one type per fault, defined
+// beside the catalog in catalog.go. Faults without `after` carry the
 // delay modifier as Delay: the launcher waits that long at the point before
 // acting. Faults with `after` carry after+delay as After.
 type Action interface {

@@ -235,6 +235,25 @@ func (r *rig) step(n int32, d time.Duration) {
 	r.clk.Step(d)
 }
 
+// expire steps the clock to just before d, then to d.
+func (r *rig) expire(n int32, d time.Duration) {
+	r.t.Helper()
+	r.step(n, d-time.Millisecond)
+	r.step(n, time.Millisecond)
+}
+
+// destroyedAt checks that the launch ended at +d of fake time and
+// destroyed its domain.
+func (r *rig) destroyedAt(d time.Duration, final launcherapi.Event) {
+	r.t.Helper()
+	if got := final.Time.Sub(r.t0); got != d {
+		r.t.Errorf("ended at +%v, want exactly +%v", got, d)
+	}
+	if !r.dom.called("destroy") {
+		r.t.Error("the domain was not destroyed")
+	}
+}
+
 // event waits for the next event named name, skipping none.
 func (r *rig) event(name string) launcherapi.Event {
 	r.t.Helper()
@@ -298,15 +317,8 @@ func TestStartTimeoutFires(t *testing.T) {
 	dom.runOnStart = false
 	r := launchWith(t, dom)
 	r.waitUntil("the start", func() bool { return dom.called("start") })
-	r.step(1, startTimeout-time.Millisecond)
-	r.step(1, time.Millisecond)
-	ev := r.end(launcherapi.ReasonQemuStartTimeout, launcherapi.ExitQemuStartTimeout, "not running within the QEMU start timeout of 10s")
-	if got := ev.Time.Sub(r.t0); got != startTimeout {
-		t.Errorf("timed out at +%v, want exactly +%v", got, startTimeout)
-	}
-	if !dom.called("destroy") {
-		t.Error("a domain that timed out was not destroyed")
-	}
+	r.expire(1, startTimeout)
+	r.destroyedAt(startTimeout, r.end(launcherapi.ReasonQemuStartTimeout, launcherapi.ExitQemuStartTimeout, "not running within the QEMU start timeout of 10s"))
 }
 
 func TestStartTimeoutDoesNotFireAfterRunning(t *testing.T) {
@@ -340,15 +352,8 @@ func TestGracePeriodExpires(t *testing.T) {
 	r.event(launcherapi.EventRunning)
 	r.stop()
 	r.waitUntil("the power button", func() bool { return dom.called("shutdown") })
-	r.step(2, gracePeriod-time.Millisecond)
-	r.step(2, time.Millisecond)
-	ev := r.end(launcherapi.ReasonStopped, launcherapi.ExitSucceeded, "did not shut down within the 3s grace period")
-	if got := ev.Time.Sub(r.t0); got != gracePeriod {
-		t.Errorf("destroyed at +%v, want +%v", got, gracePeriod)
-	}
-	if !dom.called("destroy") {
-		t.Error("not destroyed after the grace period")
-	}
+	r.expire(2, gracePeriod)
+	r.destroyedAt(gracePeriod, r.end(launcherapi.ReasonStopped, launcherapi.ExitSucceeded, "did not shut down within the 3s grace period"))
 }
 
 func TestQemuDiesBeforeRunning(t *testing.T) {
@@ -387,6 +392,17 @@ func TestGuestPanic(t *testing.T) {
 	r.end(launcherapi.ReasonGuestPanicked, launcherapi.ExitVMCrashed, "the guest kernel panicked")
 }
 
+// crashAt checks a launcher crash at a point, after the domain call did
+// and before the call didNot.
+func crashAt(at, did, didNot string) func(t *testing.T, r *rig) {
+	return func(t *testing.T, r *rig) {
+		r.crash(at)
+		if (did != "" && !r.dom.called(did)) || r.dom.called(didNot) {
+			t.Errorf("calls %v, want %q and no %q", r.dom.calls, did, didNot)
+		}
+	}
+}
+
 // TestFaultAtEveryPoint runs one fault at each lifecycle point.
 func TestFaultAtEveryPoint(t *testing.T) {
 	covered := map[faults.Point]bool{}
@@ -408,18 +424,8 @@ func TestFaultAtEveryPoint(t *testing.T) {
 			dom.stop(hypervisor.StopShutdown)
 			r.end(launcherapi.ReasonGuestShutdown, launcherapi.ExitSucceeded, "powered off")
 		}},
-		{faults.PointBeforeLibvirt, "launcher-crash=at=before-libvirt", func(t *testing.T, r *rig) {
-			r.crash("before-libvirt")
-			if r.dom.called("open") {
-				t.Error("libvirt was opened before the crash")
-			}
-		}},
-		{faults.PointBeforeDefine, "launcher-crash=at=before-define", func(t *testing.T, r *rig) {
-			r.crash("before-define")
-			if !r.dom.called("open") || r.dom.called("define") {
-				t.Errorf("calls %v, want open and no define", r.dom.calls)
-			}
-		}},
+		{faults.PointBeforeLibvirt, "launcher-crash=at=before-libvirt", crashAt("before-libvirt", "", "open")},
+		{faults.PointBeforeDefine, "launcher-crash=at=before-define", crashAt("before-define", "open", "define")},
 		{faults.PointDefine, "libvirt-error=at=define", func(t *testing.T, r *rig) {
 			if f := r.event(launcherapi.EventFaultFired); f.Fault != "libvirt-error" {
 				t.Errorf("FaultFired %+v", f)
@@ -429,12 +435,7 @@ func TestFaultAtEveryPoint(t *testing.T) {
 				t.Error("defined despite the define error")
 			}
 		}},
-		{faults.PointBeforeStart, "launcher-crash=at=before-start", func(t *testing.T, r *rig) {
-			r.crash("before-start")
-			if !r.dom.called("define") || r.dom.called("start") {
-				t.Errorf("calls %v, want define and no start", r.dom.calls)
-			}
-		}},
+		{faults.PointBeforeStart, "launcher-crash=at=before-start", crashAt("before-start", "define", "start")},
 		{faults.PointStart, "qemu-slow-start=after=4s", func(t *testing.T, r *rig) {
 			r.event(launcherapi.EventFaultFired)
 			r.waitUntil("a paused start", func() bool { return r.dom.called("start paused") })
