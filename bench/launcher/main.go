@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/crashloop-harness/crashloop/pkg/launcher"
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/qemu"
 )
 
@@ -86,7 +87,7 @@ func run(runs int, bin, images string) error {
 		if err != nil {
 			return err
 		}
-		running, err := r.waitFor(launcher.EventRunning, 60*time.Second)
+		running, err := r.waitFor(launcherapi.EventRunning, 60*time.Second)
 		if err != nil {
 			r.kill()
 			return err
@@ -95,7 +96,7 @@ func run(runs int, bin, images string) error {
 			toRunning = append(toRunning, running.at.Sub(r.start))
 		}
 		if i == 1 {
-			if _, err := r.waitFor(launcher.EventGuestReady, 90*time.Second); err != nil {
+			if _, err := r.waitFor(launcherapi.EventGuestReady, 90*time.Second); err != nil {
 				r.kill()
 				return err
 			}
@@ -111,7 +112,7 @@ func run(runs int, bin, images string) error {
 		}
 		killed := time.Now()
 		syscall.Kill(pids[0], syscall.SIGKILL)
-		failed, err := r.waitFor(launcher.EventFailed, 30*time.Second)
+		failed, err := r.waitFor(launcherapi.EventFailed, 30*time.Second)
 		if err != nil {
 			r.kill()
 			return err
@@ -193,7 +194,7 @@ type launched struct {
 }
 
 type seen struct {
-	ev launcher.Event
+	ev launcherapi.Event
 	at time.Time
 }
 
@@ -216,7 +217,7 @@ func (l *launched) waitFor(name string, timeout time.Duration) (seen, error) {
 	deadline := time.AfterFunc(timeout, func() { l.cmd.Process.Kill() })
 	defer deadline.Stop()
 	for l.lines.Scan() {
-		var ev launcher.Event
+		var ev launcherapi.Event
 		if err := json.Unmarshal(l.lines.Bytes(), &ev); err != nil {
 			continue
 		}

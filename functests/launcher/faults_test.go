@@ -14,7 +14,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/crashloop-harness/crashloop/pkg/faults"
-	"github.com/crashloop-harness/crashloop/pkg/launcher"
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 )
 
 // covered lists the catalog faults that this file exercises; a spec
@@ -23,10 +23,10 @@ var covered = []string{"launcher-crash", "libvirt-error", "qemu-hang", "qemu-slo
 	"qemu-bad-config", "guest-panic", "guest-poweroff", "guest-noready", "disk-io-error"}
 
 // expectFinal checks the final event and the exit code.
-func expectFinal(r *Run, phase, reason string, code int) launcher.Event {
-	name := launcher.EventFailed
-	if phase == launcher.PhaseSucceeded {
-		name = launcher.EventSucceeded
+func expectFinal(r *Run, phase, reason string, code int) launcherapi.Event {
+	name := launcherapi.EventFailed
+	if phase == launcherapi.PhaseSucceeded {
+		name = launcherapi.EventSucceeded
 	}
 	end := r.WaitFor(name, 90*time.Second)
 	p, rs, c := final(end)
@@ -35,14 +35,14 @@ func expectFinal(r *Run, phase, reason string, code int) launcher.Event {
 	return end
 }
 
-func fired(r *Run, fault string) launcher.Event {
+func fired(r *Run, fault string) launcherapi.Event {
 	for _, e := range r.Events() {
-		if e.Event == launcher.EventFaultFired && e.Fault == fault {
+		if e.Event == launcherapi.EventFaultFired && e.Fault == fault {
 			return e
 		}
 	}
 	Fail("no FaultFired event for " + fault)
-	return launcher.Event{}
+	return launcherapi.Event{}
 }
 
 var _ = Describe("the fault catalog", func() {
@@ -61,8 +61,8 @@ var _ = Describe("the fault catalog", func() {
 				r.WaitFor(wait, 60*time.Second)
 			}
 			Expect(r.Exit(60 * time.Second)).To(Equal(2))
-			_, failed := r.Find(launcher.EventFailed)
-			_, succeeded := r.Find(launcher.EventSucceeded)
+			_, failed := r.Find(launcherapi.EventFailed)
+			_, succeeded := r.Find(launcherapi.EventSucceeded)
 			Expect(failed || succeeded).To(BeFalse(), "a crashed launcher writes no final event")
 			Expect(fired(r, "launcher-crash").Details["at"]).To(Equal(at))
 			Expect(r.stderr.String()).To(ContainSubstring("Simulated virt-launcher crash"))
@@ -71,7 +71,7 @@ var _ = Describe("the fault catalog", func() {
 		Entry("before libvirt", "before-libvirt", ""),
 		Entry("before define", "before-define", ""),
 		Entry("before start", "before-start", ""),
-		Entry("after Running (QEMU is left to the reaper)", "after-running", launcher.EventRunning),
+		Entry("after Running (QEMU is left to the reaper)", "after-running", launcherapi.EventRunning),
 	)
 
 	DescribeTable("libvirt-error fails the libvirt call",
@@ -79,7 +79,7 @@ var _ = Describe("the fault catalog", func() {
 			r := Start(VMISpec{}, "--fault", "libvirt-error=at="+at)
 			end := expectFinal(r, "Failed", "LibvirtError", 11)
 			Expect(end.Message).To(ContainSubstring("injected libvirt error"))
-			_, ran := r.Find(launcher.EventRunning)
+			_, ran := r.Find(launcherapi.EventRunning)
 			Expect(ran).To(BeFalse())
 		},
 		Entry("at define", "define"),
@@ -89,7 +89,7 @@ var _ = Describe("the fault catalog", func() {
 	It("qemu-hang: QEMU stays paused until the start timeout", func() {
 		r := Start(VMISpec{}, "--qemu-timeout", "2s", "--qemu-timeout-jitter", "0s", "--fault", "qemu-hang")
 		end := expectFinal(r, "Failed", "QemuStartTimeout", 10)
-		sched, _ := r.Find(launcher.EventScheduled)
+		sched, _ := r.Find(launcherapi.EventScheduled)
 		Expect(end.Time.Sub(sched.Time)).To(BeNumerically(">=", 2*time.Second))
 		fired(r, "qemu-hang")
 	})
@@ -97,7 +97,7 @@ var _ = Describe("the fault catalog", func() {
 	It("qemu-slow-start inside the timeout: Running after the delay", func() {
 		r := Start(VMISpec{KernelArgs: "harness.poweroff=0"}, "--qemu-timeout", "30s", "--fault", "qemu-slow-start=after=2s")
 		sched := r.Next(10 * time.Second)
-		running := r.WaitFor(launcher.EventRunning, 30*time.Second)
+		running := r.WaitFor(launcherapi.EventRunning, 30*time.Second)
 		Expect(running.Time.Sub(sched.Time)).To(BeNumerically(">=", 2*time.Second))
 		expectFinal(r, "Succeeded", "GuestShutdown", 0)
 	})
@@ -116,7 +116,7 @@ var _ = Describe("the fault catalog", func() {
 	DescribeTable("qemu-kill after Running: VMCrashed, exit 13",
 		func(signal string) {
 			r := Start(VMISpec{}, "--fault", "qemu-kill=after=2s,signal="+signal)
-			r.WaitFor(launcher.EventRunning, 60*time.Second)
+			r.WaitFor(launcherapi.EventRunning, 60*time.Second)
 			end := expectFinal(r, "Failed", "VMCrashed", 13)
 			Expect(end.Message).To(ContainSubstring("killed by " + signal + " after the domain was running"))
 			kill := fired(r, "qemu-kill")
@@ -131,7 +131,7 @@ var _ = Describe("the fault catalog", func() {
 		r := Start(VMISpec{}, "--fault", "qemu-bad-config")
 		end := expectFinal(r, "Failed", "QemuFailed", 12)
 		Expect(end.Message).To(ContainSubstring(faults.BadKernelPath))
-		sched, _ := r.Find(launcher.EventScheduled)
+		sched, _ := r.Find(launcherapi.EventScheduled)
 		// A QEMU that exits at once must be seen at once (a zombie left
 		// unreaped once made libvirt wait 80 s here).
 		Expect(end.Time.Sub(sched.Time)).To(BeNumerically("<", 10*time.Second))
@@ -139,7 +139,7 @@ var _ = Describe("the fault catalog", func() {
 
 	It("guest-panic: the guest kernel panics, pvpanic tells libvirt", func() {
 		r := Start(VMISpec{}, "--fault", "guest-panic=after=1s")
-		r.WaitFor(launcher.EventGuestReady, 90*time.Second)
+		r.WaitFor(launcherapi.EventGuestReady, 90*time.Second)
 		expectFinal(r, "Failed", "GuestPanicked", 13)
 		r.ConsoleHas("HARNESS-PANIC-NOW", time.Second)
 		r.ConsoleHas("Kernel panic", time.Second)
@@ -147,24 +147,24 @@ var _ = Describe("the fault catalog", func() {
 
 	It("guest-poweroff: the guest powers itself off", func() {
 		r := Start(VMISpec{}, "--fault", "guest-poweroff=after=1s")
-		r.WaitFor(launcher.EventGuestReady, 90*time.Second)
+		r.WaitFor(launcherapi.EventGuestReady, 90*time.Second)
 		expectFinal(r, "Succeeded", "GuestShutdown", 0)
 		r.ConsoleHas("HARNESS-POWEROFF-NOW", time.Second)
 	})
 
 	It("guest-noready: Running, but the guest never reports ready", func() {
 		r := Start(VMISpec{}, "--fault", "guest-noready")
-		r.WaitFor(launcher.EventRunning, 60*time.Second)
+		r.WaitFor(launcherapi.EventRunning, 60*time.Second)
 		r.ConsoleHas("HARNESS-GUEST-NOREADY", 90*time.Second)
 		r.Signal(syscall.SIGTERM)
 		expectFinal(r, "Succeeded", "Stopped", 0)
-		_, ready := r.Find(launcher.EventGuestReady)
+		_, ready := r.Find(launcherapi.EventGuestReady)
 		Expect(ready).To(BeFalse())
 	})
 
 	It("disk-io-error: the guest sees EIO on its disk", func() {
 		r := Start(VMISpec{}, "--fault", "disk-io-error=disk=data", "--fault", "guest-poweroff=after=1s")
-		r.WaitFor(launcher.EventGuestReady, 90*time.Second)
+		r.WaitFor(launcherapi.EventGuestReady, 90*time.Second)
 		expectFinal(r, "Succeeded", "GuestShutdown", 0)
 		r.ConsoleHas("HARNESS-DISK-READ-ERROR", time.Second)
 		r.ConsoleHas("I/O error", time.Second)
@@ -175,7 +175,7 @@ var _ = Describe("the fault catalog", func() {
 		r := Start(VMISpec{KernelArgs: "harness.readdisk harness.poweroff=0"})
 		expectFinal(r, "Succeeded", "GuestShutdown", 0)
 		r.ConsoleHas("HARNESS-DISK-READ-OK", time.Second)
-		sched, _ := r.Find(launcher.EventScheduled)
+		sched, _ := r.Find(launcherapi.EventScheduled)
 		Expect(sched.Details["faults"]).To(BeEmpty(), "a VMI that asked for no fault gets none")
 	})
 

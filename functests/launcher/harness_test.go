@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/rand"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -17,7 +16,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
-	"github.com/crashloop-harness/crashloop/pkg/launcher"
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/qemu"
 )
 
@@ -93,8 +92,8 @@ type Run struct {
 	Console  string
 	Runtime  string
 	cmd      *exec.Cmd
-	events   chan launcher.Event
-	all      []launcher.Event
+	events   chan launcherapi.Event
+	all      []launcherapi.Event
 	stderr   *bytes.Buffer
 	done     chan struct{}
 	exitCode int
@@ -131,7 +130,7 @@ func Start(spec VMISpec, flags ...string) *Run {
 	Expect(err).NotTo(HaveOccurred())
 	r := &Run{Name: spec.Name, Domain: "functest_" + spec.Name, Dir: dir,
 		Console: filepath.Join(dir, "console.log"), Runtime: filepath.Join(dir, "run"),
-		events: make(chan launcher.Event, 100), stderr: &bytes.Buffer{}, done: make(chan struct{})}
+		events: make(chan launcherapi.Event, 100), stderr: &bytes.Buffer{}, done: make(chan struct{})}
 	manifest := writeVMI(dir, spec)
 	args := append([]string{"--image-dir", filepath.Join(repoRoot(), "_build", "images"),
 		"--runtime-dir", r.Runtime, "--console-log", r.Console, "--log-level", "debug"}, flags...)
@@ -145,8 +144,8 @@ func Start(spec VMISpec, flags ...string) *Run {
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			var ev launcher.Event
-			if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			ev, err := launcherapi.ParseEvent(sc.Bytes())
+			if err != nil {
 				GinkgoWriter.Printf("not an event: %q\n", sc.Text())
 				continue
 			}
@@ -189,7 +188,7 @@ func Start(spec VMISpec, flags ...string) *Run {
 }
 
 // Next waits for the next event, up to timeout.
-func (r *Run) Next(timeout time.Duration) launcher.Event {
+func (r *Run) Next(timeout time.Duration) launcherapi.Event {
 	select {
 	case ev, ok := <-r.events:
 		Expect(ok).To(BeTrue(), "the launcher closed its output; events so far: %v\nstderr:\n%s", r.names(), r.stderr.String())
@@ -198,11 +197,11 @@ func (r *Run) Next(timeout time.Duration) launcher.Event {
 	case <-time.After(timeout):
 		Fail(fmt.Sprintf("no event within %v; events so far: %v", timeout, r.names()))
 	}
-	return launcher.Event{}
+	return launcherapi.Event{}
 }
 
 // WaitFor skips events until one named name arrives.
-func (r *Run) WaitFor(name string, timeout time.Duration) launcher.Event {
+func (r *Run) WaitFor(name string, timeout time.Duration) launcherapi.Event {
 	deadline := time.Now().Add(timeout)
 	for {
 		left := time.Until(deadline)
@@ -246,16 +245,16 @@ func (r *Run) names() []string {
 }
 
 // Events lists the events seen so far.
-func (r *Run) Events() []launcher.Event { return r.all }
+func (r *Run) Events() []launcherapi.Event { return r.all }
 
 // Find returns the first event named name seen so far.
-func (r *Run) Find(name string) (launcher.Event, bool) {
+func (r *Run) Find(name string) (launcherapi.Event, bool) {
 	for _, e := range r.all {
 		if e.Event == name {
 			return e, true
 		}
 	}
-	return launcher.Event{}, false
+	return launcherapi.Event{}, false
 }
 
 // ConsoleHas waits for text on the serial console.
@@ -279,7 +278,7 @@ func (r *Run) RuntimeEntries() []string {
 	return names
 }
 
-func final(ev launcher.Event) (string, string, int) {
+func final(ev launcherapi.Event) (string, string, int) {
 	code := -1
 	if ev.ExitCode != nil {
 		code = *ev.ExitCode
@@ -287,7 +286,7 @@ func final(ev launcher.Event) (string, string, int) {
 	return ev.Phase, ev.Reason, code
 }
 
-func detailSeconds(ev launcher.Event, key string) float64 {
+func detailSeconds(ev launcherapi.Event, key string) float64 {
 	v, ok := ev.Details[key].(float64)
 	Expect(ok).To(BeTrue(), "event %s has no numeric %s: %v", ev.Event, key, ev.Details)
 	return v

@@ -11,7 +11,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
-	"github.com/crashloop-harness/crashloop/pkg/launcher"
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/qemu"
 )
 
@@ -19,21 +19,21 @@ var _ = Describe("a VM's lifecycle", func() {
 	It("boots to Running, reports the guest ready, and succeeds when the guest powers off", func() {
 		r := Start(VMISpec{KernelArgs: "harness.poweroff=1"})
 		sched := r.Next(10 * time.Second)
-		Expect(sched.Event).To(Equal(launcher.EventScheduled))
-		Expect(sched.Phase).To(Equal(launcher.PhaseScheduled))
+		Expect(sched.Event).To(Equal(launcherapi.EventScheduled))
+		Expect(sched.Phase).To(Equal(launcherapi.PhaseScheduled))
 		Expect(sched.VMI).To(Equal(r.Name))
 		Expect(sched.Time.IsZero()).To(BeFalse())
 		drawn := detailSeconds(sched, "qemuTimeoutSeconds")
 		Expect(drawn).To(BeNumerically(">=", 240))
 		Expect(drawn).To(BeNumerically("<", 360))
 
-		running := r.WaitFor(launcher.EventRunning, 60*time.Second)
-		Expect(running.Phase).To(Equal(launcher.PhaseRunning))
-		ready := r.WaitFor(launcher.EventGuestReady, 90*time.Second)
+		running := r.WaitFor(launcherapi.EventRunning, 60*time.Second)
+		Expect(running.Phase).To(Equal(launcherapi.PhaseRunning))
+		ready := r.WaitFor(launcherapi.EventGuestReady, 90*time.Second)
 		Expect(ready.Time.After(running.Time)).To(BeTrue(), "GuestReady must follow Running")
 		Expect(ready.Message).To(ContainSubstring("HARNESS-GUEST-READY"))
 
-		end := r.WaitFor(launcher.EventSucceeded, 60*time.Second)
+		end := r.WaitFor(launcherapi.EventSucceeded, 60*time.Second)
 		phase, reason, code := final(end)
 		Expect([]any{phase, reason, code}).To(Equal([]any{"Succeeded", "GuestShutdown", 0}))
 		Expect(r.Exit(20 * time.Second)).To(Equal(0))
@@ -48,10 +48,10 @@ var _ = Describe("a VM's lifecycle", func() {
 		drawn := time.Duration(detailSeconds(sched, "qemuTimeoutSeconds") * float64(time.Second))
 		Expect(drawn).To(BeNumerically(">=", base))
 		Expect(drawn).To(BeNumerically("<", base+jitter))
-		end := r.WaitFor(launcher.EventFailed, 30*time.Second)
+		end := r.WaitFor(launcherapi.EventFailed, 30*time.Second)
 		phase, reason, code := final(end)
 		Expect([]any{phase, reason, code}).To(Equal([]any{"Failed", "QemuStartTimeout", 10}))
-		_, ran := r.Find(launcher.EventRunning)
+		_, ran := r.Find(launcherapi.EventRunning)
 		Expect(ran).To(BeFalse(), "a paused QEMU is not Running")
 		elapsed := end.Time.Sub(sched.Time)
 		Expect(elapsed).To(BeNumerically(">=", drawn), "failed before its drawn timeout")
@@ -72,9 +72,9 @@ var _ = Describe("a VM's lifecycle", func() {
 
 	It("stops gracefully on SIGTERM: ACPI power button, Succeeded/Stopped, exit 0", func() {
 		r := Start(VMISpec{Grace: 20})
-		r.WaitFor(launcher.EventGuestReady, 90*time.Second)
+		r.WaitFor(launcherapi.EventGuestReady, 90*time.Second)
 		r.Signal(syscall.SIGTERM)
-		end := r.WaitFor(launcher.EventSucceeded, 30*time.Second)
+		end := r.WaitFor(launcherapi.EventSucceeded, 30*time.Second)
 		phase, reason, code := final(end)
 		Expect([]any{phase, reason, code}).To(Equal([]any{"Succeeded", "Stopped", 0}))
 		Expect(end.Message).To(ContainSubstring("within the grace period"))
@@ -85,16 +85,16 @@ var _ = Describe("a VM's lifecycle", func() {
 
 	It("destroys the domain when the guest ignores the power button past the grace period", func() {
 		r := Start(VMISpec{KernelArgs: "harness.nopowerbutton"}, "--grace-period", "2s")
-		r.WaitFor(launcher.EventGuestReady, 90*time.Second)
+		r.WaitFor(launcherapi.EventGuestReady, 90*time.Second)
 		r.Signal(syscall.SIGTERM)
-		end := r.WaitFor(launcher.EventSucceeded, 30*time.Second)
+		end := r.WaitFor(launcherapi.EventSucceeded, 30*time.Second)
 		Expect(end.Message).To(ContainSubstring("did not shut down within the 2s grace period"))
 		Expect(r.Exit(20 * time.Second)).To(Equal(0))
 	})
 
 	It("leaves no QEMU behind when the launcher is killed with SIGKILL", func() {
 		r := Start(VMISpec{})
-		r.WaitFor(launcher.EventRunning, 60*time.Second)
+		r.WaitFor(launcherapi.EventRunning, 60*time.Second)
 		Expect(qemu.FindQEMU(r.Domain, "")).To(HaveLen(1))
 		r.Signal(syscall.SIGKILL)
 		Expect(r.Exit(10 * time.Second)).To(Equal(-1))

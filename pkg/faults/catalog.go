@@ -1,8 +1,11 @@
 package faults
 
 import (
+	"fmt"
 	"syscall"
 	"time"
+
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 )
 
 // Point is a step of the launcher's lifecycle at which a fault acts.
@@ -29,36 +32,10 @@ const (
 	PointAfterRunning Point = "after-running"
 )
 
-// ExitCode is a virt-launcher exit code. The values are the launcher's fixed
-// contract; they live here as documentation data for the catalog, and
-// cmd/virt-launcher is expected to test its own constants against them.
-type ExitCode int
-
-// The virt-launcher exit codes.
-const (
-	// ExitNone means the launcher does not exit because of the fault.
-	ExitNone ExitCode = -1
-	// ExitSucceeded: the VMI reached phase Succeeded.
-	ExitSucceeded ExitCode = 0
-	// ExitInternal: an internal error of the launcher.
-	ExitInternal ExitCode = 1
-	// ExitPanic: a Go panic, including a simulated launcher crash.
-	ExitPanic ExitCode = 2
-	// ExitUsage: bad flags or a bad fault term.
-	ExitUsage ExitCode = 3
-	// ExitInputUnreadable: the VMI input could not be read.
-	ExitInputUnreadable ExitCode = 4
-	// ExitManifestInvalid: the VMI manifest is invalid.
-	ExitManifestInvalid ExitCode = 5
-	// ExitQemuStartTimeout: QEMU did not reach Running within the start timeout.
-	ExitQemuStartTimeout ExitCode = 10
-	// ExitLibvirtError: a libvirt call failed.
-	ExitLibvirtError ExitCode = 11
-	// ExitQemuFailed: QEMU failed or exited before Running.
-	ExitQemuFailed ExitCode = 12
-	// ExitVMCrashed: the VM crashed after Running (QEMU killed, guest panic).
-	ExitVMCrashed ExitCode = 13
-)
+// ExitNone marks an outcome where the launcher does not exit because of
+// the fault (the VMI keeps running). Every other outcome's exit code is
+// one of launcherapi's.
+const ExitNone launcherapi.ExitCode = -1
 
 // Outcome is what a fault produces under a condition, as documentation data:
 // the final phase and reason the launcher reports and its exit code.
@@ -70,7 +47,7 @@ type Outcome struct {
 	// Reason is the reason attached to the phase, empty if none.
 	Reason string
 	// Exit is the launcher's exit code, ExitNone if it keeps running.
-	Exit ExitCode
+	Exit launcherapi.ExitCode
 }
 
 // Param describes one parameter of a fault.
@@ -134,7 +111,7 @@ var catalog = []Definition{
 		Params: []Param{
 			enumParam("at", string(PointBeforeLibvirt), crashPoints, "where the launcher panics"),
 		},
-		Outcomes: []Outcome{{When: "process dies, no final event", Exit: ExitPanic}},
+		Outcomes: []Outcome{{When: "process dies, no final event", Exit: launcherapi.ExitPanic}},
 		action: func(s Spec, d time.Duration) (Action, Point) {
 			at := Point(s.params["at"].(string))
 			return LauncherCrash{At: at, Delay: d}, at
@@ -147,7 +124,7 @@ var catalog = []Definition{
 		Params: []Param{
 			enumParam("at", string(PointStart), libvirtCalls, "which libvirt call fails"),
 		},
-		Outcomes: []Outcome{{Phase: "Failed", Reason: "LibvirtError", Exit: ExitLibvirtError}},
+		Outcomes: []Outcome{{Phase: launcherapi.PhaseFailed, Reason: launcherapi.ReasonLibvirtError, Exit: launcherapi.ExitLibvirtError}},
 		action: func(s Spec, d time.Duration) (Action, Point) {
 			at := Point(s.params["at"].(string))
 			return LibvirtError{At: at, Delay: d}, at
@@ -157,7 +134,7 @@ var catalog = []Definition{
 		Name:        "qemu-hang",
 		ActsAt:      "domain start",
 		Description: "QEMU is started paused and never resumed, so the start timeout fires.",
-		Outcomes:    []Outcome{{Phase: "Failed", Reason: "QemuStartTimeout", Exit: ExitQemuStartTimeout}},
+		Outcomes:    []Outcome{{Phase: launcherapi.PhaseFailed, Reason: launcherapi.ReasonQemuStartTimeout, Exit: launcherapi.ExitQemuStartTimeout}},
 		action: func(_ Spec, d time.Duration) (Action, Point) {
 			return QemuHang{Delay: d}, PointStart
 		},
@@ -170,8 +147,8 @@ var catalog = []Definition{
 			{Name: "after", Type: "duration", Required: true, Doc: "how long QEMU stays paused", kind: durationKind{}},
 		},
 		Outcomes: []Outcome{
-			{When: "resumed within the start timeout", Phase: "Running", Exit: ExitNone},
-			{When: "otherwise", Phase: "Failed", Reason: "QemuStartTimeout", Exit: ExitQemuStartTimeout},
+			{When: "resumed within the start timeout", Phase: launcherapi.PhaseRunning, Exit: ExitNone},
+			{When: "otherwise", Phase: launcherapi.PhaseFailed, Reason: launcherapi.ReasonQemuStartTimeout, Exit: launcherapi.ExitQemuStartTimeout},
 		},
 		action: func(_ Spec, d time.Duration) (Action, Point) {
 			return QemuSlowStart{After: d}, PointStart
@@ -186,8 +163,8 @@ var catalog = []Definition{
 			durationParam("after", afterDoc),
 		},
 		Outcomes: []Outcome{
-			{When: "before Running", Phase: "Failed", Reason: "QemuFailed", Exit: ExitQemuFailed},
-			{When: "after Running", Phase: "Failed", Reason: "VMCrashed", Exit: ExitVMCrashed},
+			{When: "before Running", Phase: launcherapi.PhaseFailed, Reason: launcherapi.ReasonQemuFailed, Exit: launcherapi.ExitQemuFailed},
+			{When: "after Running", Phase: launcherapi.PhaseFailed, Reason: launcherapi.ReasonVMCrashed, Exit: launcherapi.ExitVMCrashed},
 		},
 		action: func(s Spec, d time.Duration) (Action, Point) {
 			return QemuKill{Signal: s.params["signal"].(syscall.Signal), After: d}, PointAfterStart
@@ -197,7 +174,7 @@ var catalog = []Definition{
 		Name:        "qemu-bad-config",
 		ActsAt:      "domain XML",
 		Description: "QEMU is given a kernel path that does not exist, so it refuses to start (libvirt may name it LibvirtError; the exit code is 12 either way).",
-		Outcomes:    []Outcome{{Phase: "Failed", Reason: "QemuFailed", Exit: ExitQemuFailed}},
+		Outcomes:    []Outcome{{Phase: launcherapi.PhaseFailed, Reason: launcherapi.ReasonQemuFailed, Exit: launcherapi.ExitQemuFailed}},
 		action: func(_ Spec, d time.Duration) (Action, Point) {
 			return QemuBadConfig{KernelPath: BadKernelPath, Delay: d}, PointBuildDomain
 		},
@@ -207,7 +184,7 @@ var catalog = []Definition{
 		ActsAt:       "guest (kernel cmdline `harness.panic=N`)",
 		Description:  "The guest kernel panics `after` it is ready; pvpanic reports it.",
 		Params:       []Param{durationParam("after", guestAfterDoc)},
-		Outcomes:     []Outcome{{Phase: "Failed", Reason: "GuestPanicked", Exit: ExitVMCrashed}},
+		Outcomes:     []Outcome{{Phase: launcherapi.PhaseFailed, Reason: launcherapi.ReasonGuestPanicked, Exit: launcherapi.ExitVMCrashed}},
 		wholeSeconds: true,
 		action: func(_ Spec, d time.Duration) (Action, Point) {
 			return GuestPanic{After: d}, PointBuildDomain
@@ -218,7 +195,7 @@ var catalog = []Definition{
 		ActsAt:       "guest (kernel cmdline `harness.poweroff=N`)",
 		Description:  "The guest powers itself off `after` it is ready.",
 		Params:       []Param{durationParam("after", guestAfterDoc)},
-		Outcomes:     []Outcome{{Phase: "Succeeded", Reason: "GuestShutdown", Exit: ExitSucceeded}},
+		Outcomes:     []Outcome{{Phase: launcherapi.PhaseSucceeded, Reason: launcherapi.ReasonGuestShutdown, Exit: launcherapi.ExitSucceeded}},
 		wholeSeconds: true,
 		action: func(_ Spec, d time.Duration) (Action, Point) {
 			return GuestPowerOff{After: d}, PointBuildDomain
@@ -228,7 +205,7 @@ var catalog = []Definition{
 		Name:        "guest-noready",
 		ActsAt:      "guest (kernel cmdline `harness.noready`)",
 		Description: "The guest never prints its readiness marker.",
-		Outcomes:    []Outcome{{Phase: "Running", Exit: ExitNone}},
+		Outcomes:    []Outcome{{Phase: launcherapi.PhaseRunning, Exit: ExitNone}},
 		action: func(_ Spec, d time.Duration) (Action, Point) {
 			return GuestNoReady{Delay: d}, PointBuildDomain
 		},
@@ -242,7 +219,7 @@ var catalog = []Definition{
 			enumParam("op", string(DiskOpRead), diskOps, "which requests fail"),
 			{Name: "errno", Type: "errno", Default: "5", Allowed: errnoAllowed(), Doc: "the error returned (number or name)", kind: errnoKind{}, def: syscall.EIO},
 		},
-		Outcomes: []Outcome{{When: "guest prints HARNESS-DISK-READ-ERROR", Phase: "Running", Exit: ExitNone}},
+		Outcomes: []Outcome{{When: "guest prints HARNESS-DISK-READ-ERROR", Phase: launcherapi.PhaseRunning, Exit: ExitNone}},
 		action: func(s Spec, d time.Duration) (Action, Point) {
 			return DiskIOError{
 				Disk:  s.params["disk"].(string),
@@ -328,3 +305,120 @@ func (d *Definition) paramNames() []string {
 	}
 	return names
 }
+
+// The typed actions, one per fault of the catalog, in catalog order.
+
+// LauncherCrash: the launcher panics at At (exit 2, no final event).
+type LauncherCrash struct {
+	At    Point // PointBeforeLibvirt, PointBeforeDefine, PointBeforeStart or PointAfterRunning
+	Delay time.Duration
+}
+
+// LibvirtError: the libvirt call At fails with an injected error.
+type LibvirtError struct {
+	At    Point // PointDefine or PointStart
+	Delay time.Duration
+}
+
+// QemuHang: QEMU is started paused and never resumed.
+type QemuHang struct {
+	Delay time.Duration
+}
+
+// QemuSlowStart: QEMU is started paused and resumed After later.
+type QemuSlowStart struct {
+	After time.Duration // after + delay
+}
+
+// QemuKill: the launcher sends Signal to QEMU After the domain started.
+type QemuKill struct {
+	Signal syscall.Signal
+	After  time.Duration // after + delay, from domain start
+}
+
+// BadKernelPath is the kernel path qemu-bad-config gives QEMU; it does not exist.
+const BadKernelPath = "/nonexistent/crashloop-fault/vmlinuz"
+
+// QemuBadConfig: the domain's kernel is KernelPath, which does not exist.
+type QemuBadConfig struct {
+	KernelPath string
+	Delay      time.Duration
+}
+
+// GuestPanic: the guest kernel panics After it is ready (whole seconds).
+type GuestPanic struct {
+	After time.Duration // after + delay, whole seconds
+}
+
+// GuestPowerOff: the guest powers off After it is ready (whole seconds).
+type GuestPowerOff struct {
+	After time.Duration // after + delay, whole seconds
+}
+
+// GuestNoReady: the guest never prints its readiness marker.
+type GuestNoReady struct {
+	Delay time.Duration
+}
+
+// DiskOp is which requests disk-io-error makes fail.
+type DiskOp string
+
+// The DiskOp values.
+const (
+	DiskOpRead  DiskOp = "read"
+	DiskOpWrite DiskOp = "write"
+	DiskOpAll   DiskOp = "all"
+)
+
+// DiskIOError: QEMU's blkdebug makes Op requests to Disk fail with Errno.
+type DiskIOError struct {
+	Disk  string // VMI disk name; "" means the first disk
+	Op    DiskOp
+	Errno syscall.Errno
+	Delay time.Duration
+}
+
+// FaultName implements Action.
+func (LauncherCrash) FaultName() string { return "launcher-crash" }
+
+// FaultName implements Action.
+func (LibvirtError) FaultName() string { return "libvirt-error" }
+
+// FaultName implements Action.
+func (QemuHang) FaultName() string { return "qemu-hang" }
+
+// FaultName implements Action.
+func (QemuSlowStart) FaultName() string { return "qemu-slow-start" }
+
+// FaultName implements Action.
+func (QemuKill) FaultName() string { return "qemu-kill" }
+
+// FaultName implements Action.
+func (QemuBadConfig) FaultName() string { return "qemu-bad-config" }
+
+// FaultName implements Action.
+func (GuestPanic) FaultName() string { return "guest-panic" }
+
+// FaultName implements Action.
+func (GuestPowerOff) FaultName() string { return "guest-poweroff" }
+
+// FaultName implements Action.
+func (GuestNoReady) FaultName() string { return "guest-noready" }
+
+// FaultName implements Action.
+func (DiskIOError) FaultName() string { return "disk-io-error" }
+
+// KernelArg is the guest command-line directive: harness.panic=N.
+func (g GuestPanic) KernelArg() string { return fmt.Sprintf("harness.panic=%d", g.After/time.Second) }
+
+// KernelArg is the guest command-line directive: harness.poweroff=N.
+func (g GuestPowerOff) KernelArg() string {
+	return fmt.Sprintf("harness.poweroff=%d", g.After/time.Second)
+}
+
+// KernelArg is the guest command-line directive: harness.noready.
+func (GuestNoReady) KernelArg() string { return "harness.noready" }
+
+// KernelArg is the guest command-line directive that makes the guest read
+// its first disk and report the result: harness.readdisk.
+func (DiskIOError) KernelArg() string { return "harness.readdisk" }

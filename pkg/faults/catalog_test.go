@@ -87,3 +87,20 @@ func TestCatalogIsConsistent(t *testing.T) {
 		t.Error("Catalog() must return a copy")
 	}
 }
+
+func TestREADMEHasTheFaultTable(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatalf("reading README: %v", err)
+	}
+	if !strings.Contains(string(readme), MarkdownTable()) {
+		t.Errorf("README.md does not contain the fault table; paste this:\n%s", MarkdownTable())
+	}
+	for _, d := range Catalog() {
+		for _, o := range d.Outcomes {
+			if _, ok := o.Exit.Info(); !ok && o.Exit != ExitNone {
+				t.Errorf("fault %s promises exit %d, which the launcher does not document", d.Name, o.Exit)
+			}
+		}
+	}
+}

@@ -7,12 +7,14 @@ import (
 	"math/rand/v2"
 	"strings"
 	"time"
+
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 )
 
 // DecideInput identifies one launch attempt of one VM.
 type DecideInput struct {
-	// Seed is the run's seed (the launcher's --fault-seed or similar).
-	Seed int64
+	// Seed is the launch's seed (the launcher's --seed).
+	Seed launcherapi.Seed
 	// Key is the VM identity, namespace/name. It must stay the same across
 	// the attempts of one VM; the VMI UID does not (a fresh VMI is made for
 	// every attempt), so it must not be used here.
@@ -87,7 +89,7 @@ func firedBefore(s Spec, in DecideInput) int {
 // draw reports whether a fault with the given probability (percent) fires on
 // an attempt. The random number comes from a PCG seeded with SHA-256 of
 // (seed, key, fault, attempt); no global state, no clock.
-func draw(seed int64, key, fault string, attempt int, probability float64) bool {
+func draw(seed launcherapi.Seed, key, fault string, attempt int, probability float64) bool {
 	if probability >= 100 {
 		return true
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 )
 
 func mustParse(t *testing.T, flags ...string) Plan {
@@ -20,7 +22,7 @@ func mustParse(t *testing.T, flags ...string) Plan {
 }
 
 // firing returns the attempts in 1..n on which the fault fires.
-func firing(p Plan, seed int64, key, fault string, n int) []int {
+func firing(p Plan, seed launcherapi.Seed, key, fault string, n int) []int {
 	var out []int
 	for a := 1; a <= n; a++ {
 		if p.Decide(DecideInput{Seed: seed, Key: key, Attempt: a}).Has(fault) {
@@ -60,14 +62,14 @@ func TestDecideDependsOnSeedAndKey(t *testing.T) {
 func TestProbabilityRate(t *testing.T) {
 	p := mustParse(t, "qemu-hang=30%")
 	const n = 1000
-	for _, seed := range []int64{1, 7, -3} {
+	for _, seed := range []launcherapi.Seed{1, 7, ^launcherapi.Seed(2)} {
 		got := len(firing(p, seed, "ns/vm", "qemu-hang", n))
 		if math.Abs(float64(got)/n-0.30) > 0.04 {
 			t.Errorf("seed %d: fired on %d of %d attempts, want 30%% ± 4%%", seed, got, n)
 		}
 	}
 	fired := 0
-	for seed := int64(0); seed < n; seed++ {
+	for seed := launcherapi.Seed(0); seed < n; seed++ {
 		if p.Decide(DecideInput{Seed: seed, Key: "ns/vm", Attempt: 1}).Has("qemu-hang") {
 			fired++
 		}
@@ -149,16 +151,16 @@ func TestDelays(t *testing.T) {
 		"launcher-crash=at=before-start,delay=100ms",
 	)
 	d := p.Decide(DecideInput{Key: "ns/vm", Attempt: 1})
-	if k, _ := d.QemuKill(); k.After != 7*time.Second {
+	if k, _ := Find[QemuKill](d); k.After != 7*time.Second {
 		t.Errorf("qemu-kill After = %v, want after+delay = 7s", k.After)
 	}
 	if x, _ := d.Get("qemu-kill"); x.Delay != 7*time.Second || x.Point != PointAfterStart {
 		t.Errorf("qemu-kill decision = %+v", x)
 	}
-	if h, _ := d.QemuHang(); h.Delay != 3*time.Second {
+	if h, _ := Find[QemuHang](d); h.Delay != 3*time.Second {
 		t.Errorf("qemu-hang Delay = %v", h.Delay)
 	}
-	if c, _ := d.LauncherCrash(); c.At != PointBeforeStart || c.Delay != 100*time.Millisecond {
+	if c, _ := Find[LauncherCrash](d); c.At != PointBeforeStart || c.Delay != 100*time.Millisecond {
 		t.Errorf("launcher-crash = %+v", c)
 	}
 	if got := d.At(PointBeforeStart); len(got) != 1 || got[0].Fault != "launcher-crash" {

@@ -1,9 +1,10 @@
 // Package faults is the fault catalog of virt-launcher: it parses the faults a
 // VMI asks for (annotations) or a run asks for (repeatable --fault flags) into
 // a Plan, validates them, and decides which of them fire on a given launch
-// attempt. It imports no other package of this repository and makes no
-// libvirt calls: the launcher applies the faults. Everything here is pure and
-// deterministic.
+// attempt. Of this repository it imports only pkg/launcherapi (the
+// launcher's exit codes, phases, reasons and seed) and it makes no libvirt
+// calls: the launcher applies the faults, each at its lifecycle Point.
+// Everything here is pure and deterministic.
 //
 // # Grammar
 //
@@ -64,7 +65,7 @@
 //
 // # Catalog
 //
-// Exit codes are virt-launcher's (see ExitCode). MarkdownTable renders the
+// Exit codes are virt-launcher's (launcherapi.ExitCode). MarkdownTable renders the
 // same table for the README from Catalog.
 //
 //	fault            params (default)                       acts at                      outcome

@@ -317,13 +317,13 @@ func TestSpecTypedValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := plan.Decide(DecideInput{Key: "ns/vm", Attempt: 1})
-	k, ok := d.QemuKill()
+	k, ok := Find[QemuKill](d)
 	if !ok || k.Signal != syscall.SIGQUIT || k.After != 4*time.Second {
-		t.Errorf("QemuKill() = %+v, %v; want SIGQUIT after 4s (after+delay)", k, ok)
+		t.Errorf("Find[QemuKill] = %+v, %v; want SIGQUIT after 4s (after+delay)", k, ok)
 	}
-	io, ok := d.DiskIOError()
+	io, ok := Find[DiskIOError](d)
 	if !ok || io.Errno != syscall.EINVAL || io.Op != DiskOpRead || io.Disk != "" {
-		t.Errorf("DiskIOError() = %+v, %v", io, ok)
+		t.Errorf("Find[DiskIOError] = %+v, %v", io, ok)
 	}
 }
 

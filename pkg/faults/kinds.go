@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // kind parses and renders the values of one parameter type. parse returns the
@@ -50,25 +52,18 @@ func (k enumKind) parse(s string) (any, error) {
 
 func (enumKind) format(v any) string { return v.(string) }
 
-// signals are the signals qemu-kill may send, in documentation order.
-var signals = []struct {
-	name string
-	sig  syscall.Signal
-}{
-	{"SIGKILL", syscall.SIGKILL},
-	{"SIGTERM", syscall.SIGTERM},
-	{"SIGSEGV", syscall.SIGSEGV},
-	{"SIGABRT", syscall.SIGABRT},
-	{"SIGINT", syscall.SIGINT},
-	{"SIGQUIT", syscall.SIGQUIT},
-	{"SIGHUP", syscall.SIGHUP},
-	{"SIGBUS", syscall.SIGBUS},
+// signals are the signals qemu-kill may send, in documentation order. Their
+// names are the kernel's (unix.SignalName), the one table the launcher's
+// messages use too.
+var signals = []syscall.Signal{
+	syscall.SIGKILL, syscall.SIGTERM, syscall.SIGSEGV, syscall.SIGABRT,
+	syscall.SIGINT, syscall.SIGQUIT, syscall.SIGHUP, syscall.SIGBUS,
 }
 
 func signalNames() []string {
 	out := make([]string, len(signals))
 	for i, s := range signals {
-		out[i] = s.name
+		out[i] = unix.SignalName(s)
 	}
 	return out
 }
@@ -82,21 +77,14 @@ func (signalKind) parse(s string) (any, error) {
 		name = "SIG" + name
 	}
 	for _, sg := range signals {
-		if sg.name == name {
-			return sg.sig, nil
+		if unix.SignalName(sg) == name {
+			return sg, nil
 		}
 	}
 	return nil, errors.New("not a signal the fault can send")
 }
 
-func (signalKind) format(v any) string {
-	for _, sg := range signals {
-		if sg.sig == v.(syscall.Signal) {
-			return sg.name
-		}
-	}
-	return strconv.Itoa(int(v.(syscall.Signal)))
-}
+func (signalKind) format(v any) string { return unix.SignalName(v.(syscall.Signal)) }
 
 // errnos are the errors disk-io-error may inject, in documentation order.
 var errnos = []struct {

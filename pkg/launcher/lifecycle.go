@@ -4,191 +4,189 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/utils/clock"
-	v1 "kubevirt.io/api/core/v1"
 	"libvirt.org/go/libvirtxml"
 
-	"github.com/crashloop-harness/crashloop/pkg/qemu"
+	"github.com/crashloop-harness/crashloop/pkg/faults"
+	"github.com/crashloop-harness/crashloop/pkg/hypervisor"
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 )
 
-// CrashPoint names a point of the lifecycle where an injected launcher
-// crash happens.
-type CrashPoint string
-
-// Crash points, in lifecycle order.
-const (
-	CrashBeforeLibvirt CrashPoint = "before-libvirt"
-	CrashBeforeDefine  CrashPoint = "before-define"
-	CrashBeforeStart   CrashPoint = "before-start"
-	CrashAfterRunning  CrashPoint = "after-running"
-)
-
-// Injections are the faults that act on this launch, already decided by
-// pkg/faults. The zero value injects nothing.
-type Injections struct {
-	// CrashAt makes the launcher die of a panic at that point, after
-	// CrashDelay.
-	CrashAt    CrashPoint
-	CrashDelay time.Duration
-	// LibvirtErrorAt makes the libvirt call "define" or "start" fail,
-	// after LibvirtErrorDelay.
-	LibvirtErrorAt    string
-	LibvirtErrorDelay time.Duration
-	// StartDelay holds QEMU's start back (the delay of a start fault).
-	StartDelay time.Duration
-	// StartPaused starts QEMU with its vCPUs stopped; ResumeAfter > 0
-	// resumes them after that long (slow start), 0 never does (hang).
-	StartPaused bool
-	ResumeAfter time.Duration
-	// Kill sends a signal to QEMU After its start.
-	Kill *KillInjection
-	// Armed are faults already applied to the domain (guest directives,
-	// disk errors, a bad kernel): they are announced when QEMU starts.
-	Armed []FiredFault
-	// Names maps each injection above to the fault name for its event.
-	Names map[string]string
+// ConsoleLine is one line of the guest's serial console.
+type ConsoleLine struct {
+	// At is when the line was read.
+	At time.Time
+	// Text is the line without its newline.
+	Text string
 }
 
-// KillInjection sends Signal to QEMU After its start.
-type KillInjection struct {
-	Signal syscall.Signal
-	After  time.Duration
-}
-
-// FiredFault describes a fault for its FaultFired event.
-type FiredFault struct {
-	Name    string
-	Message string
-	Details map[string]any
-}
-
-// Config is everything one launch needs.
+// Config is everything one run of the lifecycle needs. The lifecycle
+// itself knows no libvirt: it works on the hypervisor seam.
 type Config struct {
-	VMI         *v1.VirtualMachineInstance
-	Domain      *libvirtxml.Domain
-	Session     qemu.SessionOptions
-	ConsoleLog  string
+	// Open connects to the hypervisor.
+	Open func() (hypervisor.Session, error)
+	// Domain is the domain to define, already edited by the build-domain
+	// hooks into Built.
+	Domain *libvirtxml.Domain
+	// Built is what the build-domain point left for the start (events to
+	// announce, a hold); nil when nothing acted there.
+	Built *DomainEdit
+	// Console, when set, follows the guest's serial console from just
+	// before the domain start until ctx ends.
+	Console func(ctx context.Context) <-chan ConsoleLine
+	// ReadyMarker is the console text of GuestReady; empty disables it.
 	ReadyMarker string
+	// QemuTimeout is the drawn start timeout, armed when Run starts.
 	QemuTimeout time.Duration
+	// GracePeriod is how long a stop waits for the guest after the ACPI
+	// power button before it destroys the domain.
 	GracePeriod time.Duration
-	Injections  Injections
-	Clock       clock.WithTicker
-	Events      *Emitter
-	Log         *slog.Logger
+	// Hooks act at the lifecycle points (the faults of this launch).
+	Hooks Hooks
+	// Clock drives every timer and wait.
+	Clock clock.WithDelayedExecution
+	// Events receives FaultFired, Running, GuestReady and the final event.
+	Events *Emitter
+	// Log receives the launcher's own log lines.
+	Log *slog.Logger
+	// Crash ends the process as a crash does; nil means a panic on a
+	// fresh goroutine (tests replace it).
+	Crash func(message string)
 }
 
 // Result is how a launch ended.
 type Result struct {
-	Phase    string
-	Reason   string
-	Message  string
-	ExitCode ExitCode
+	// Phase is Succeeded or Failed.
+	Phase string
+	// Reason and Message explain it.
+	Reason  string
+	Message string
+	// ExitCode is the launcher's exit status.
+	ExitCode launcherapi.ExitCode
 }
 
 type launch struct {
 	cfg      Config
-	dom      *qemu.Domain
+	dom      hypervisor.Domain
 	running  bool
 	ready    bool
 	panicked bool
-	shutdown bool // libvirt reported a guest shutdown
+	shutdown bool // the hypervisor reported a guest shutdown
 	killed   string
 	stopping bool
+	started  bool
 	startAt  time.Time
-	// qemuExit receives QEMU's wait status when this process reaps it.
-	qemuExit chan syscall.WaitStatus
+	// due receives the functions of Site.After when their time comes;
+	// pending are the ones asked for before the domain started.
+	due     chan func()
+	done    chan struct{}
+	pending []pendingAfter
+	timers  []clock.Timer
 	// cleanups undo what run set up, in reverse order, after the final
 	// event is out (destroying a domain can wait on libvirt's own
 	// clean-up of a dead QEMU).
 	cleanups []func()
 }
 
-// Run performs one launch: libvirt, define, start, wait for Running within
-// the start timeout, then follow the domain until it stops. Cancelling ctx
-// asks for a graceful stop (SIGTERM): ACPI shutdown, then destroy after the
-// grace period. Run always destroys and undefines what it started before
-// it returns. The caller owns the per-VMI folder and the reaper (StartReaper),
-// which it starts before anything is created, so that a launcher that dies at
-// any point, even before Run, leaves nothing behind.
+type pendingAfter struct {
+	d  time.Duration
+	fn func()
+}
+
+// Run performs one launch from the Scheduled event on (see the diagram in
+// hooks.go): open the hypervisor, define, start, wait for Running within
+// the start timeout, then follow the domain until it stops, and write the
+// final event. Cancelling ctx asks for a graceful stop (SIGTERM): the ACPI
+// power button, then destroy after the grace period. Run destroys and
+// undefines what it started before it returns. The caller owns the
+// per-VMI folder and the reaper, which it starts before anything is
+// created, so that a launcher that dies at any point leaves nothing behind.
 func Run(ctx context.Context, cfg Config) Result {
-	l := &launch{cfg: cfg, qemuExit: make(chan syscall.WaitStatus, 1)}
+	if cfg.Crash == nil {
+		cfg.Crash = crash
+	}
+	l := &launch{cfg: cfg, due: make(chan func()), done: make(chan struct{})}
 	defer func() {
+		close(l.done)
+		for _, t := range l.timers {
+			t.Stop()
+		}
 		for i := len(l.cleanups) - 1; i >= 0; i-- {
 			l.cleanups[i]()
 		}
 	}()
 	res := l.run(ctx)
-	code := int(res.ExitCode)
-	ev := Event{Time: cfg.Clock.Now(), Phase: res.Phase, Reason: res.Reason, Message: res.Message, ExitCode: &code}
-	if res.Phase == PhaseSucceeded {
-		ev.Event = EventSucceeded
-	} else {
-		ev.Event = EventFailed
-	}
-	if err := cfg.Events.Emit(ev); err != nil {
+	if err := cfg.Events.Emit(res.final(cfg.Clock.Now())); err != nil {
 		cfg.Log.Error("could not write the final event", "err", err)
 	}
 	return res
 }
 
-func failed(code ExitCode, reason, format string, args ...any) Result {
-	return Result{Phase: PhaseFailed, Reason: reason, Message: fmt.Sprintf(format, args...), ExitCode: code}
-}
-
-func (l *launch) crashIf(p CrashPoint) {
-	if l.cfg.Injections.CrashAt != p {
-		return
-	}
-	if d := l.cfg.Injections.CrashDelay; d > 0 {
-		l.cfg.Clock.Sleep(d)
-	}
-	l.fire(FiredFault{Name: l.name("crash"), Message: "launcher crashes " + string(p), Details: map[string]any{"at": string(p)}})
-	// Panic on a fresh goroutine: the process dies the way a real crash
-	// kills it, without running this goroutine's deferred cleanup. The
-	// reaper is what cleans up after it.
+// crash panics on a fresh goroutine: the process dies the way a real crash
+// kills it, without running the lifecycle's deferred cleanup.
+func crash(message string) {
 	done := make(chan struct{})
-	go func() {
-		panic(fmt.Sprintf("Simulated virt-launcher crash (fault %s at %s)", l.name("crash"), p))
-	}()
+	go func() { panic(message) }()
 	<-done
 }
 
-func (l *launch) name(key string) string {
-	if n := l.cfg.Injections.Names[key]; n != "" {
-		return n
-	}
-	return key
+func failed(code launcherapi.ExitCode, reason, format string, args ...any) Result {
+	return Result{Phase: launcherapi.PhaseFailed, Reason: reason, Message: fmt.Sprintf(format, args...), ExitCode: code}
 }
 
-func (l *launch) fire(f FiredFault) {
-	if err := l.cfg.Events.Emit(Event{Time: l.cfg.Clock.Now(), Event: EventFaultFired, Phase: l.phase(), Fault: f.Name, Message: f.Message, Details: f.Details}); err != nil {
+func stopped(message string) Result {
+	return Result{Phase: launcherapi.PhaseSucceeded, Reason: launcherapi.ReasonStopped, Message: message, ExitCode: launcherapi.ExitSucceeded}
+}
+
+func (l *launch) fire(f fired) {
+	ev := launcherapi.Event{Time: l.cfg.Clock.Now(), Event: launcherapi.EventFaultFired, Phase: l.phase(), Fault: f.name, Message: f.message, Details: f.details}
+	if err := l.cfg.Events.Emit(ev); err != nil {
 		l.cfg.Log.Error("writing event", "err", err)
 	}
 }
 
 func (l *launch) phase() string {
 	if l.running {
-		return PhaseRunning
+		return launcherapi.PhaseRunning
 	}
-	return PhaseScheduled
+	return launcherapi.PhaseScheduled
 }
 
-func (l *launch) run(ctx context.Context) (res Result) {
+// after schedules fn on the lifecycle's goroutine, d after the domain
+// start.
+func (l *launch) after(d time.Duration, fn func()) {
+	if !l.started {
+		l.pending = append(l.pending, pendingAfter{d, fn})
+		return
+	}
+	l.timers = append(l.timers, l.cfg.Clock.AfterFunc(d, func() {
+		// Hand fn over on a goroutine of its own: a clock may run this
+		// callback while it holds a lock that the lifecycle needs.
+		go func() {
+			select {
+			case l.due <- fn:
+			case <-l.done:
+			}
+		}()
+	}))
+}
+
+func (l *launch) run(ctx context.Context) Result {
 	cfg := l.cfg
 	clk := cfg.Clock
 	timeout := clk.NewTimer(cfg.QemuTimeout)
 	defer timeout.Stop()
 	deadline := clk.Now().Add(cfg.QemuTimeout)
 
-	l.crashIf(CrashBeforeLibvirt)
-	sess, err := qemu.Open(cfg.Session)
+	l.at(ctx, faults.PointBeforeLibvirt)
+	sess, err := cfg.Open()
 	if err != nil {
-		return failed(ExitLibvirtError, ReasonLibvirtError, "%v", err)
+		return failed(launcherapi.ExitLibvirtError, launcherapi.ReasonLibvirtError, "%v", err)
 	}
 	l.cleanups = append(l.cleanups, func() {
 		if err := sess.Close(); err != nil {
@@ -196,15 +194,13 @@ func (l *launch) run(ctx context.Context) (res Result) {
 		}
 	})
 
-	l.crashIf(CrashBeforeDefine)
-	if cfg.Injections.LibvirtErrorAt == "define" {
-		clk.Sleep(cfg.Injections.LibvirtErrorDelay)
-		l.fire(FiredFault{Name: l.name("libvirt-error"), Message: "libvirt define fails", Details: map[string]any{"at": "define"}})
-		return failed(ExitLibvirtError, ReasonLibvirtError, "defining domain %s: injected libvirt error (fault %s)", cfg.Domain.Name, l.name("libvirt-error"))
+	l.at(ctx, faults.PointBeforeDefine)
+	if err := l.define(ctx); err != nil {
+		return failed(launcherapi.ExitLibvirtError, launcherapi.ReasonLibvirtError, "defining domain %s: %v", cfg.Domain.Name, err)
 	}
 	dom, err := sess.Define(cfg.Domain)
 	if err != nil {
-		return failed(ExitLibvirtError, ReasonLibvirtError, "%v", err)
+		return failed(launcherapi.ExitLibvirtError, launcherapi.ReasonLibvirtError, "%v", err)
 	}
 	l.dom = dom
 	l.cleanups = append(l.cleanups, func() {
@@ -216,73 +212,50 @@ func (l *launch) run(ctx context.Context) (res Result) {
 		}
 	})
 
-	l.crashIf(CrashBeforeStart)
-	if cfg.Injections.LibvirtErrorAt == "start" {
-		clk.Sleep(cfg.Injections.LibvirtErrorDelay)
-		l.fire(FiredFault{Name: l.name("libvirt-error"), Message: "libvirt start fails", Details: map[string]any{"at": "start"}})
-		return failed(ExitLibvirtError, ReasonLibvirtError, "starting domain %s: injected libvirt error (fault %s)", cfg.Domain.Name, l.name("libvirt-error"))
-	}
+	l.at(ctx, faults.PointBeforeStart)
 	if ctx.Err() != nil {
-		return Result{Phase: PhaseSucceeded, Reason: ReasonStopped, Message: "stopped before QEMU started", ExitCode: ExitSucceeded}
+		return stopped("stopped before QEMU started")
 	}
-	for _, f := range cfg.Injections.Armed {
-		l.fire(f)
+	var opts StartOptions
+	if cfg.Built != nil {
+		opts.Delay = cfg.Built.hold
+		for _, f := range cfg.Built.announce {
+			l.fire(f)
+		}
+	}
+	if err := l.start(ctx, &opts); err != nil {
+		return failed(launcherapi.ExitLibvirtError, launcherapi.ReasonLibvirtError, "starting domain %s: %v", cfg.Domain.Name, err)
 	}
 	consoleCtx, stopConsole := context.WithCancel(ctx)
 	defer stopConsole()
-	var console <-chan qemu.ConsoleLine
-	if cfg.ConsoleLog != "" {
-		// Start from an empty log, so a previous run's lines are never
-		// taken for this guest's.
-		if err := os.WriteFile(cfg.ConsoleLog, nil, 0o644); err != nil {
-			return failed(ExitInternal, ReasonInternalError, "creating console log: %v", err)
-		}
-		console = qemu.WatchConsole(consoleCtx, clk, cfg.ConsoleLog, 20*time.Millisecond)
+	var console <-chan ConsoleLine
+	if cfg.Console != nil {
+		console = cfg.Console(consoleCtx)
 	}
-
-	inj := cfg.Injections
-	if inj.StartPaused {
-		msg := "QEMU starts paused and is never resumed"
-		if inj.ResumeAfter > 0 {
-			msg = fmt.Sprintf("QEMU starts paused and is resumed after %v", inj.ResumeAfter)
+	if opts.Delay > 0 {
+		t := clk.NewTimer(opts.Delay)
+		select {
+		case <-t.C():
+		case <-ctx.Done():
+			t.Stop()
+			return stopped("stopped before QEMU started")
 		}
-		key := "hang"
-		if inj.ResumeAfter > 0 {
-			key = "slow-start"
-		}
-		l.fire(FiredFault{Name: l.name(key), Message: msg})
 	}
-	if inj.StartDelay > 0 {
-		clk.Sleep(inj.StartDelay)
-	}
-	// QEMU is daemonized; as a child subreaper (set by the command) this
-	// process inherits it. Reaping it the moment it exits lets libvirt see
-	// it gone: a zombie counts as alive, and libvirt would wait for it
-	// (80 s for a QEMU that refuses its configuration during start).
-	reapCtx, stopReaping := context.WithCancel(context.Background())
-	defer stopReaping()
-	go l.reapQEMU(reapCtx)
 	l.startAt = clk.Now()
-	if err := dom.Start(inj.StartPaused); err != nil {
-		if dom.QEMUStarted() || l.isQemuError(err) {
-			return failed(ExitQemuFailed, ReasonQemuFailed, "%v", err)
+	if err := dom.Start(opts.Paused); err != nil {
+		if dom.QEMUStarted() || isQemuError(err) {
+			return failed(launcherapi.ExitQemuFailed, launcherapi.ReasonQemuFailed, "%v", err)
 		}
-		return failed(ExitLibvirtError, ReasonLibvirtError, "%v", err)
+		return failed(launcherapi.ExitLibvirtError, launcherapi.ReasonLibvirtError, "%v", err)
 	}
-
-	var resume, kill <-chan time.Time
-	if inj.StartPaused && inj.ResumeAfter > 0 {
-		t := clk.NewTimer(inj.ResumeAfter)
-		defer t.Stop()
-		resume = t.C()
+	l.started = true
+	for _, p := range l.pending {
+		l.after(p.d, p.fn)
 	}
-	if inj.Kill != nil {
-		t := clk.NewTimer(inj.Kill.After)
-		defer t.Stop()
-		kill = t.C()
-	}
-	if err := l.checkRunning(); err != nil {
-		return failed(ExitLibvirtError, ReasonLibvirtError, "%v", err)
+	l.pending = nil
+	l.at(ctx, faults.PointAfterStart)
+	if err := l.checkRunning(ctx); err != nil {
+		return failed(launcherapi.ExitLibvirtError, launcherapi.ReasonLibvirtError, "%v", err)
 	}
 
 	var grace <-chan time.Time
@@ -295,53 +268,43 @@ func (l *launch) run(ctx context.Context) (res Result) {
 			if !l.running {
 				cfg.Log.Info("stop requested before the domain was running; destroying it")
 				_ = dom.Destroy()
-				return Result{Phase: PhaseSucceeded, Reason: ReasonStopped, Message: "stopped before the domain was running", ExitCode: ExitSucceeded}
+				return stopped("stopped before the domain was running")
 			}
 			cfg.Log.Info("stop requested: pressing the ACPI power button", "gracePeriod", cfg.GracePeriod)
 			if err := dom.Shutdown(); err != nil {
 				cfg.Log.Warn("graceful shutdown failed; destroying", "err", err)
 				_ = dom.Destroy()
-				return Result{Phase: PhaseSucceeded, Reason: ReasonStopped, Message: "stopped: graceful shutdown failed, domain destroyed", ExitCode: ExitSucceeded}
+				return stopped("stopped: graceful shutdown failed, domain destroyed")
 			}
 			t := clk.NewTimer(cfg.GracePeriod)
 			defer t.Stop()
 			grace = t.C()
 		case <-grace:
 			_ = dom.Destroy()
-			return Result{Phase: PhaseSucceeded, Reason: ReasonStopped, Message: fmt.Sprintf("stopped: the guest did not shut down within the %v grace period; domain destroyed", cfg.GracePeriod), ExitCode: ExitSucceeded}
+			return stopped(fmt.Sprintf("stopped: the guest did not shut down within the %v grace period; domain destroyed", cfg.GracePeriod))
 		case <-timeout.C():
 			if l.running {
 				continue
 			}
 			_ = dom.Destroy()
-			return failed(ExitQemuStartTimeout, ReasonQemuStartTimeout, "the domain was not running within the QEMU start timeout of %v (deadline %s); destroyed", cfg.QemuTimeout, deadline.UTC().Format(time.RFC3339Nano))
-		case <-resume:
-			resume = nil
-			if err := dom.Resume(); err != nil {
-				cfg.Log.Warn("resuming the slow-start domain", "err", err)
-			}
-		case <-kill:
-			kill = nil
-			l.killed = unixSignalName(inj.Kill.Signal)
-			l.fire(FiredFault{Name: l.name("kill"), Message: fmt.Sprintf("sending %s to QEMU", unixSignalName(inj.Kill.Signal)), Details: map[string]any{"signal": unixSignalName(inj.Kill.Signal), "after": inj.Kill.After.String()}})
-			if err := dom.Kill(inj.Kill.Signal); err != nil {
-				cfg.Log.Warn("killing QEMU", "err", err)
-			}
+			return failed(launcherapi.ExitQemuStartTimeout, launcherapi.ReasonQemuStartTimeout, "the domain was not running within the QEMU start timeout of %v (deadline %s); destroyed", cfg.QemuTimeout, deadline.UTC().Format(time.RFC3339Nano))
+		case fn := <-l.due:
+			fn()
 		case ev := <-dom.Events():
 			cfg.Log.Debug("domain event", "kind", ev.Kind, "reason", ev.Reason)
 			switch ev.Kind {
-			case qemu.EventStarted, qemu.EventResumed:
-				if err := l.checkRunning(); err != nil {
+			case hypervisor.EventStarted, hypervisor.EventResumed:
+				if err := l.checkRunning(ctx); err != nil {
 					cfg.Log.Warn("reading domain state", "err", err)
 				}
-			case qemu.EventCrashed:
+			case hypervisor.EventCrashed:
 				l.panicked = l.panicked || ev.Panicked
-			case qemu.EventShutdown:
+			case hypervisor.EventShutdown:
 				l.shutdown = true
-			case qemu.EventStopped:
+			case hypervisor.EventStopped:
 				return l.stopped(ev)
 			}
-		case ws := <-l.qemuExit:
+		case ws := <-dom.Exited():
 			// A QEMU that died of a signal without libvirt having reported a
 			// guest shutdown or crash first was killed from outside (or
 			// crashed itself): say so now rather than after libvirt's own
@@ -350,9 +313,9 @@ func (l *launch) run(ctx context.Context) (res Result) {
 			if ws.Signaled() && !l.panicked && !l.shutdown {
 				cfg.Log.Debug("QEMU died", "signal", ws.Signal())
 				if l.killed == "" {
-					l.killed = unixSignalName(ws.Signal())
+					l.killed = signalName(ws.Signal())
 				}
-				return l.stopped(qemu.DomainEvent{Kind: qemu.EventStopped, Reason: qemu.StopFailed})
+				return l.stopped(hypervisor.Event{Kind: hypervisor.EventStopped, Reason: hypervisor.StopFailed})
 			}
 		case line, ok := <-console:
 			if !ok {
@@ -362,7 +325,8 @@ func (l *launch) run(ctx context.Context) (res Result) {
 			cfg.Log.Debug("console", "line", line.Text)
 			if !l.ready && cfg.ReadyMarker != "" && strings.Contains(line.Text, cfg.ReadyMarker) {
 				l.ready = true
-				if err := cfg.Events.Emit(Event{Time: line.At, Event: EventGuestReady, Phase: l.phase(), Message: line.Text}); err != nil {
+				ev := launcherapi.Event{Time: line.At, Event: launcherapi.EventGuestReady, Phase: l.phase(), Message: line.Text}
+				if err := cfg.Events.Emit(ev); err != nil {
 					cfg.Log.Error("writing event", "err", err)
 				}
 			}
@@ -370,8 +334,9 @@ func (l *launch) run(ctx context.Context) (res Result) {
 	}
 }
 
-// checkRunning emits Running the first time the domain is seen running.
-func (l *launch) checkRunning() error {
+// checkRunning emits Running the first time the domain is seen running,
+// then runs the after-running hooks.
+func (l *launch) checkRunning(ctx context.Context) error {
 	if l.running {
 		return nil
 	}
@@ -381,42 +346,43 @@ func (l *launch) checkRunning() error {
 	}
 	l.running = true
 	now := l.cfg.Clock.Now()
-	if err := l.cfg.Events.Emit(Event{Time: now, Event: EventRunning, Phase: PhaseRunning,
-		Details: map[string]any{"startSeconds": now.Sub(l.startAt).Seconds()}}); err != nil {
+	ev := launcherapi.Event{Time: now, Event: launcherapi.EventRunning, Phase: launcherapi.PhaseRunning,
+		Details: map[string]any{"startSeconds": now.Sub(l.startAt).Seconds()}}
+	if err := l.cfg.Events.Emit(ev); err != nil {
 		l.cfg.Log.Error("writing event", "err", err)
 	}
-	l.crashIf(CrashAfterRunning)
+	l.at(ctx, faults.PointAfterRunning)
 	return nil
 }
 
-func (l *launch) stopped(ev qemu.DomainEvent) Result {
+func (l *launch) stopped(ev hypervisor.Event) Result {
 	if l.stopping {
-		return Result{Phase: PhaseSucceeded, Reason: ReasonStopped, Message: "stopped: the guest shut down within the grace period", ExitCode: ExitSucceeded}
+		return stopped("stopped: the guest shut down within the grace period")
 	}
 	switch {
-	case ev.Reason == qemu.StopShutdown && l.killed == "":
-		return Result{Phase: PhaseSucceeded, Reason: ReasonGuestShutdown, Message: "the guest powered off", ExitCode: ExitSucceeded}
-	case ev.Reason == qemu.StopCrashed || l.panicked:
+	case ev.Reason == hypervisor.StopShutdown && l.killed == "":
+		return Result{Phase: launcherapi.PhaseSucceeded, Reason: launcherapi.ReasonGuestShutdown, Message: "the guest powered off", ExitCode: launcherapi.ExitSucceeded}
+	case ev.Reason == hypervisor.StopCrashed || l.panicked:
 		if !l.running {
-			return failed(ExitQemuFailed, ReasonQemuFailed, "the guest crashed before the domain was running")
+			return failed(launcherapi.ExitQemuFailed, launcherapi.ReasonQemuFailed, "the guest crashed before the domain was running")
 		}
-		return failed(ExitVMCrashed, ReasonGuestPanicked, "the guest kernel panicked (pvpanic); libvirt stopped the domain with reason crashed")
+		return failed(launcherapi.ExitVMCrashed, launcherapi.ReasonGuestPanicked, "the guest kernel panicked (pvpanic); libvirt stopped the domain with reason crashed")
 	}
 	how := "QEMU exited unexpectedly"
 	if l.killed != "" {
 		how = "QEMU was killed by " + l.killed
 	}
 	if !l.running {
-		return failed(ExitQemuFailed, ReasonQemuFailed, "%s before the domain was running (libvirt: stopped, %s)", how, ev.Reason)
+		return failed(launcherapi.ExitQemuFailed, launcherapi.ReasonQemuFailed, "%s before the domain was running (libvirt: stopped, %s)", how, ev.Reason)
 	}
-	return failed(ExitVMCrashed, ReasonVMCrashed, "%s after the domain was running (libvirt: stopped, %s)", how, ev.Reason)
+	return failed(launcherapi.ExitVMCrashed, launcherapi.ReasonVMCrashed, "%s after the domain was running (libvirt: stopped, %s)", how, ev.Reason)
 }
 
 // isQemuError tells a QEMU refusal (its process exited during start) from
 // a libvirt-side failure by libvirt's message, for an external libvirt
 // where QEMUStarted cannot look at the domain's log. libvirt words it
 // differently depending on how far QEMU got.
-func (l *launch) isQemuError(err error) bool {
+func isQemuError(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "qemu unexpectedly closed the monitor") ||
 		strings.Contains(msg, "QEMU unexpectedly closed") ||
@@ -426,39 +392,11 @@ func (l *launch) isQemuError(err error) bool {
 		strings.Contains(msg, "qemu-system")
 }
 
-func unixSignalName(s syscall.Signal) string {
-	for _, n := range []struct {
-		s syscall.Signal
-		n string
-	}{{syscall.SIGKILL, "SIGKILL"}, {syscall.SIGTERM, "SIGTERM"}, {syscall.SIGSEGV, "SIGSEGV"}, {syscall.SIGABRT, "SIGABRT"},
-		{syscall.SIGINT, "SIGINT"}, {syscall.SIGQUIT, "SIGQUIT"}, {syscall.SIGHUP, "SIGHUP"}, {syscall.SIGBUS, "SIGBUS"}} {
-		if n.s == s {
-			return n.n
-		}
+// signalName names a signal as the kernel does (SIGKILL), the names the
+// fault catalog takes too.
+func signalName(s syscall.Signal) string {
+	if n := unix.SignalName(s); n != "" {
+		return n
 	}
 	return s.String()
-}
-
-// reapQEMU waits for QEMU's pid to appear, then reaps QEMU when it exits.
-func (l *launch) reapQEMU(ctx context.Context) {
-	const poll = 5 * time.Millisecond
-	for ctx.Err() == nil {
-		pid, err := l.dom.PID()
-		if err != nil {
-			l.cfg.Clock.Sleep(poll)
-			continue
-		}
-		for ctx.Err() == nil {
-			if ws, ok := reapChild(pid); ok {
-				l.qemuExit <- ws
-				return
-			}
-			// Not our child yet (libvirt's intermediate process has not
-			// exited), or already gone.
-			if syscall.Kill(pid, 0) != nil {
-				return
-			}
-			l.cfg.Clock.Sleep(poll)
-		}
-	}
 }

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/qemu"
 )
 
@@ -37,22 +38,27 @@ type ReaperTarget struct {
 	URI    string // external libvirt URI; empty for the embedded driver
 }
 
-// StartReaper starts exe (this program) as the reaper of target. The reaper
-// runs in its own process group so that a signal to the launcher's group
-// (Ctrl-C, kill -9 -PGID) does not take it down with the launcher.
-func StartReaper(exe string, target ReaperTarget) (*Reaper, error) {
+// StartReaper starts exe (this program) as the reaper of target, its log
+// going to stderr. The reaper runs in its own process group so that a
+// signal to the launcher's group (Ctrl-C, kill -9 -PGID) does not take it
+// down with the launcher. children, when set, is told to leave the reaper
+// to Done's wait.
+func StartReaper(exe string, target ReaperTarget, stderr io.Writer, children *qemu.Children) (*Reaper, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("creating reaper pipe: %w", err)
 	}
 	cmd := exec.Command(exe, ReaperFlag, target.Domain, target.Root, target.URI)
 	cmd.Stdin = r
-	cmd.Stderr = os.Stderr
+	cmd.Stderr = stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		r.Close()
 		w.Close()
 		return nil, fmt.Errorf("starting reaper: %w", err)
+	}
+	if children != nil {
+		children.Leave(cmd.Process.Pid)
 	}
 	r.Close()
 	return &Reaper{w: w, cmd: cmd}, nil
@@ -77,7 +83,7 @@ func (r *Reaper) Done() error {
 func RunReaper(stdin io.Reader, args []string, log *slog.Logger) int {
 	if len(args) != 3 {
 		log.Error("reaper: want 3 arguments (domain, root, uri)", "got", args)
-		return int(ExitUsage)
+		return int(launcherapi.ExitUsage)
 	}
 	// Stay alive through the signals aimed at the launcher.
 	ignoreStopSignals()

@@ -140,3 +140,22 @@ func SaveCapsCache(root, cacheDir string) error {
 		return nil
 	})
 }
+
+// CapsCached tells whether cacheDir holds QEMU capabilities to seed a new
+// embedded root with; without them libvirt probes QEMU first (it runs it
+// twice), which is what makes a first launch slower.
+func CapsCached(cacheDir string) bool {
+	if cacheDir == "" {
+		return false
+	}
+	entries, err := os.ReadDir(cacheDir)
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if e.Type().IsRegular() && filepath.Ext(e.Name()) == ".xml" {
+			return true
+		}
+	}
+	return false
+}

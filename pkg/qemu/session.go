@@ -11,6 +11,8 @@ import (
 
 	"libvirt.org/go/libvirt"
 	"libvirt.org/go/libvirtxml"
+
+	"github.com/crashloop-harness/crashloop/pkg/hypervisor"
 )
 
 // SessionOptions says which libvirt a Session talks to.
@@ -24,10 +26,14 @@ type SessionOptions struct {
 	// CapsCacheDir keeps QEMU's capability cache between launches of the
 	// embedded driver. Empty disables the shared cache.
 	CapsCacheDir string
+	// Children, when set, reaps this process's children; a started
+	// domain's QEMU is then watched there and Domain.Exited reports it.
+	Children *Children
 }
 
 // Session is one libvirt connection with lifecycle events for the domains
-// it starts. StartEventLoop must have run before Open.
+// it starts; it implements hypervisor.Session. StartEventLoop must have run
+// before Open.
 type Session struct {
 	opts SessionOptions
 	conn *libvirt.Connect
@@ -70,58 +76,27 @@ func (s *Session) Close() error {
 	return errors.Join(errs...)
 }
 
-// EventKind is the kind of a domain lifecycle event.
-type EventKind string
-
-// Lifecycle event kinds, as libvirt reports them.
-const (
-	EventStarted   EventKind = "Started"
-	EventSuspended EventKind = "Suspended"
-	EventResumed   EventKind = "Resumed"
-	EventStopped   EventKind = "Stopped"
-	EventShutdown  EventKind = "Shutdown"
-	EventCrashed   EventKind = "Crashed"
-	EventOther     EventKind = "Other"
-)
-
-// StopReason says why a domain stopped.
-type StopReason string
-
-// Stop reasons, from libvirt's stopped-event details.
-const (
-	StopShutdown  StopReason = "shutdown"  // the guest powered off
-	StopDestroyed StopReason = "destroyed" // destroyed on request
-	StopCrashed   StopReason = "crashed"   // the guest crashed (e.g. kernel panic via pvpanic)
-	StopFailed    StopReason = "failed"    // QEMU died unexpectedly
-	StopOther     StopReason = "other"
-)
-
-// DomainEvent is one lifecycle event of a domain.
-type DomainEvent struct {
-	Kind EventKind
-	// Reason is set for EventStopped.
-	Reason StopReason
-	// Panicked is set for EventCrashed when the guest reported a panic.
-	Panicked bool
-}
-
-// Domain is a domain started by a Session, with its lifecycle events.
+// Domain is a domain started by a Session, with its lifecycle events; it
+// implements hypervisor.Domain.
 type Domain struct {
 	s        *Session
 	d        *libvirt.Domain
 	name     string
-	events   chan DomainEvent
+	events   chan hypervisor.Event
+	exited   <-chan syscall.WaitStatus
 	callback int
 }
 
+var _ hypervisor.Session = (*Session)(nil)
+
 // Define registers the domain with libvirt and subscribes to its lifecycle
 // events. Nothing runs yet.
-func (s *Session) Define(dom *libvirtxml.Domain) (*Domain, error) {
+func (s *Session) Define(dom *libvirtxml.Domain) (hypervisor.Domain, error) {
 	xml, err := dom.Marshal()
 	if err != nil {
 		return nil, fmt.Errorf("rendering domain XML: %w", err)
 	}
-	out := &Domain{s: s, name: dom.Name, events: make(chan DomainEvent, 64)}
+	out := &Domain{s: s, name: dom.Name, events: make(chan hypervisor.Event, 64)}
 	id, err := s.conn.DomainEventLifecycleRegister(nil, func(_ *libvirt.Connect, d *libvirt.Domain, ev *libvirt.DomainEventLifecycle) {
 		name, err := d.GetName()
 		if err != nil || name != out.name {
@@ -145,37 +120,41 @@ func (s *Session) Define(dom *libvirtxml.Domain) (*Domain, error) {
 	return out, nil
 }
 
-func translate(ev *libvirt.DomainEventLifecycle) DomainEvent {
+func translate(ev *libvirt.DomainEventLifecycle) hypervisor.Event {
 	switch ev.Event {
 	case libvirt.DOMAIN_EVENT_STARTED:
-		return DomainEvent{Kind: EventStarted}
+		return hypervisor.Event{Kind: hypervisor.EventStarted}
 	case libvirt.DOMAIN_EVENT_SUSPENDED:
-		return DomainEvent{Kind: EventSuspended}
+		return hypervisor.Event{Kind: hypervisor.EventSuspended}
 	case libvirt.DOMAIN_EVENT_RESUMED:
-		return DomainEvent{Kind: EventResumed}
+		return hypervisor.Event{Kind: hypervisor.EventResumed}
 	case libvirt.DOMAIN_EVENT_SHUTDOWN:
-		return DomainEvent{Kind: EventShutdown}
+		return hypervisor.Event{Kind: hypervisor.EventShutdown}
 	case libvirt.DOMAIN_EVENT_CRASHED:
-		return DomainEvent{Kind: EventCrashed, Panicked: ev.Detail == int(libvirt.DOMAIN_EVENT_CRASHED_PANICKED)}
+		return hypervisor.Event{Kind: hypervisor.EventCrashed, Panicked: ev.Detail == int(libvirt.DOMAIN_EVENT_CRASHED_PANICKED)}
 	case libvirt.DOMAIN_EVENT_STOPPED:
-		r := StopOther
+		r := hypervisor.StopOther
 		switch libvirt.DomainEventStoppedDetailType(ev.Detail) {
 		case libvirt.DOMAIN_EVENT_STOPPED_SHUTDOWN:
-			r = StopShutdown
+			r = hypervisor.StopShutdown
 		case libvirt.DOMAIN_EVENT_STOPPED_DESTROYED:
-			r = StopDestroyed
+			r = hypervisor.StopDestroyed
 		case libvirt.DOMAIN_EVENT_STOPPED_CRASHED:
-			r = StopCrashed
+			r = hypervisor.StopCrashed
 		case libvirt.DOMAIN_EVENT_STOPPED_FAILED:
-			r = StopFailed
+			r = hypervisor.StopFailed
 		}
-		return DomainEvent{Kind: EventStopped, Reason: r}
+		return hypervisor.Event{Kind: hypervisor.EventStopped, Reason: r}
 	}
-	return DomainEvent{Kind: EventOther}
+	return hypervisor.Event{Kind: hypervisor.EventOther}
 }
 
 // Events delivers the domain's lifecycle events.
-func (d *Domain) Events() <-chan DomainEvent { return d.events }
+func (d *Domain) Events() <-chan hypervisor.Event { return d.events }
+
+// Exited delivers QEMU's wait status when the session's Children reaps it;
+// nil before Start or without Children.
+func (d *Domain) Exited() <-chan syscall.WaitStatus { return d.exited }
 
 // Start boots the defined domain; paused leaves QEMU up with its vCPUs
 // stopped until Resume.
@@ -186,6 +165,11 @@ func (d *Domain) Start(paused bool) error {
 	}
 	if err := d.d.CreateWithFlags(flags); err != nil {
 		return fmt.Errorf("starting domain %s: %w", d.name, err)
+	}
+	if c := d.s.opts.Children; c != nil && d.s.Embedded() {
+		if pid, err := d.PID(); err == nil {
+			d.exited = c.Watch(pid)
+		}
 	}
 	return nil
 }
