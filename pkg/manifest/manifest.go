@@ -222,11 +222,8 @@ func VM(data []byte, input string) (*v1.VirtualMachine, *Document, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if vm.Name == "" {
-		return nil, nil, &InvalidError{Input: input, Field: "metadata.name", Msg: "must be set"}
-	}
-	if vm.Namespace == "" {
-		vm.Namespace = "default"
+	if err := named(input, &vm.ObjectMeta); err != nil {
+		return nil, nil, err
 	}
 	return vm, doc, nil
 }

@@ -45,8 +45,8 @@ func Read(data []byte, input string) (*v1.VirtualMachineInstance, *Document, err
 	if err != nil {
 		return nil, nil, err
 	}
-	if vm.Name == "" {
-		return nil, nil, &InvalidError{Input: input, Field: "metadata.name", Msg: "must be set"}
+	if err := named(input, &vm.ObjectMeta); err != nil {
+		return nil, nil, err
 	}
 	spec, _ := raw["spec"].(map[string]any)
 	for _, f := range []string{"instancetype", "preference"} {
@@ -64,11 +64,7 @@ func Read(data []byte, input string) (*v1.VirtualMachineInstance, *Document, err
 	}
 	tmpl, _ := spec["template"].(map[string]any)
 	tmplMeta, _ := tmpl["metadata"].(map[string]any)
-	meta := map[string]any{"name": vm.Name}
-	if vm.Namespace == "" {
-		vm.Namespace = "default"
-	}
-	meta["namespace"] = vm.Namespace
+	meta := map[string]any{"name": vm.Name, "namespace": vm.Namespace}
 	for _, k := range []string{"labels", "annotations"} {
 		if tmplMeta[k] != nil {
 			meta[k] = tmplMeta[k]
@@ -97,11 +93,20 @@ func vmiFrom(raw map[string]any, input string) (*v1.VirtualMachineInstance, *Doc
 	if err != nil {
 		return nil, nil, err
 	}
-	if vmi.Name == "" {
-		return nil, nil, &InvalidError{Input: input, Field: "metadata.name", Msg: "must be set"}
-	}
-	if vmi.Namespace == "" {
-		vmi.Namespace = "default"
+	if err := named(input, &vmi.ObjectMeta); err != nil {
+		return nil, nil, err
 	}
 	return vmi, &Document{Input: input, Kind: "VirtualMachineInstance", Raw: raw, Ignored: ignored}, nil
+}
+
+// named refuses an object without a name and puts it in the default
+// namespace when it names none, as kubectl would.
+func named(input string, m *metav1.ObjectMeta) error {
+	if m.Name == "" {
+		return &InvalidError{Input: input, Field: "metadata.name", Msg: "must be set"}
+	}
+	if m.Namespace == "" {
+		m.Namespace = "default"
+	}
+	return nil
 }
