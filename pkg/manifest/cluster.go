@@ -43,13 +43,32 @@ func stripCluster(raw map[string]any, prefix string) []string {
 	for _, set := range []string{"labels", "annotations"} {
 		m, _ := meta[set].(map[string]any)
 		for k := range m {
-			if isKubeVirtKey(k) && !strings.HasPrefix(k, "kubevirt.io/func-test-") {
+			if _, refused := refusedAnnotations[k]; isKubeVirtKey(k) && !refused && !strings.HasPrefix(k, "kubevirt.io/func-test-") {
 				found = append(found, prefix+"metadata."+set+"["+k+"]")
 			}
 		}
 	}
 	sort.Strings(found)
 	return found
+}
+
+// refusedAnnotations are KubeVirt annotations that would change the VM in
+// ways a launch cannot follow, with the reason.
+var refusedAnnotations = map[string]string{
+	"hooks.kubevirt.io/hookSidecars": "sidecar hooks are containers that rewrite the domain; the launcher runs no sidecars (remove the annotation, or write the change into the spec)",
+}
+
+// refusedAnnotation returns the path and reason of the first refused
+// annotation in an object's metadata, prefixed with prefix.
+func refusedAnnotation(raw map[string]any, prefix string) (string, string) {
+	meta, _ := raw["metadata"].(map[string]any)
+	ann, _ := meta["annotations"].(map[string]any)
+	for k, why := range refusedAnnotations {
+		if _, ok := ann[k]; ok {
+			return prefix + "metadata.annotations[" + k + "]", why
+		}
+	}
+	return "", ""
 }
 
 // isKubeVirtKey tells a label or annotation KubeVirt sets (kubevirt.io/...

@@ -276,6 +276,7 @@ func TestReadVM(t *testing.T) {
 		{"template typo", strings.Replace(vmDump, "          guest:", "          gest:", 1), "spec.template.spec.domain.memory.gest", "unknown field"},
 		{"no template", strings.SplitN(vmDump, "  template:", 2)[0], "spec.template", "must be set"},
 		{"instancetype", strings.Replace(vmDump, "  runStrategy: Always\n", "  instancetype: {name: u1.small}\n", 1), "spec.instancetype", "cluster objects"},
+		{"sidecar hook", strings.Replace(vmDump, "      annotations: {a: b}", "      annotations: {hooks.kubevirt.io/hookSidecars: '[]'}", 1), "spec.template.metadata.annotations[hooks.kubevirt.io/hookSidecars]", "no sidecars"},
 		{"pod", strings.Replace(vmDump, "kind: VirtualMachine", "kind: Pod", 1), "kind", `want "VirtualMachineInstance" or "VirtualMachine"`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
