@@ -180,7 +180,7 @@ func TestConvertRealVMIs(t *testing.T) {
 				t.Errorf("ports (-want +got):\n%s", diff)
 			}
 			wantArgs := []libvirtxml.DomainQEMUCommandlineArg{{Value: "-netdev"}, {Value: "user,id=ua-default,hostfwd=tcp:127.0.0.1:20080-:80,hostfwd=udp:127.0.0.1:20053-:53"},
-				{Value: "-device"}, {Value: "virtio-net-pci,netdev=ua-default,mac=02:00:00:00:00:01"}}
+				{Value: "-device"}, {Value: "virtio-net-pci,netdev=ua-default,bus=pci.0,addr=0x1a,mac=02:00:00:00:00:01"}}
 			if d.QEMUCommandline == nil || d.Devices.Interfaces != nil {
 				t.Fatalf("want the NIC on QEMU's command line, got interfaces %+v", d.Devices.Interfaces)
 			}

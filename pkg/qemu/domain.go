@@ -125,11 +125,6 @@ func Convert(ctx context.Context, vmi *v1.VirtualMachineInstance, opts DomainOpt
 	if err := setCPU(dom, spec.Domain.CPU, opts.Accel); err != nil {
 		return nil, err
 	}
-	ports, err := setInterfaces(dom, spec, opts.HostPort)
-	if err != nil {
-		return nil, err
-	}
-	conv.Ports = ports
 	if err := setMemory(dom, &spec.Domain); err != nil {
 		return nil, err
 	}
@@ -141,6 +136,11 @@ func Convert(ctx context.Context, vmi *v1.VirtualMachineInstance, opts DomainOpt
 		}
 	}
 	dom.OS = &libvirtxml.DomainOS{Type: &libvirtxml.DomainOSType{Type: "hvm", Arch: "x86_64", Machine: machine}}
+	ports, err := setInterfaces(dom, spec, opts.HostPort)
+	if err != nil {
+		return nil, err
+	}
+	conv.Ports = ports
 	setFeatures(dom, spec.Domain.Features, opts.Accel, &conv.Notes)
 	if err := setFirmware(dom, vmi, &opts); err != nil {
 		return nil, err
@@ -585,6 +585,7 @@ func setInterfaces(dom *libvirtxml.Domain, spec *v1.VirtualMachineInstanceSpec, 
 	}
 	used := map[string]bool{}
 	var forwards []PortForward
+	cmdlineNICs := 0
 	for i, iface := range spec.Domain.Devices.Interfaces {
 		field := fmt.Sprintf("spec.domain.devices.interfaces[%d]", i)
 		n, ok := networks[iface.Name]
@@ -647,7 +648,16 @@ func setInterfaces(dom *libvirtxml.Domain, spec *v1.VirtualMachineInstanceSpec, 
 			forwards = append(forwards, PortForward{Interface: iface.Name, Name: p.Name, Protocol: proto, GuestPort: int(p.Port), HostAddress: "127.0.0.1", HostPort: hp})
 			netdev += fmt.Sprintf(",hostfwd=%s:127.0.0.1:%d-:%d", strings.ToLower(proto), hp, p.Port)
 		}
-		device := qemuModel + ",netdev=ua-" + iface.Name
+		// libvirt does not know this device, so it must not pick its PCI
+		// slot: slots from 0x1a down on the root bus are ones libvirt
+		// fills last (it counts up from slot 1) and q35 leaves free when
+		// there is no USB or sound controller.
+		bus := "pci.0"
+		if strings.Contains(dom.OS.Type.Machine, "q35") {
+			bus = "pcie.0"
+		}
+		device := fmt.Sprintf("%s,netdev=ua-%s,bus=%s,addr=%#x", qemuModel, iface.Name, bus, 0x1a-cmdlineNICs)
+		cmdlineNICs++
 		if iface.MacAddress != "" {
 			device += ",mac=" + iface.MacAddress
 		}
