@@ -10,7 +10,7 @@ BIN := $(BUILD)/bin
 CLUSTERLITE_BIN := $(BUILD)/clusterlite/bin
 IMAGES := $(BUILD)/images
 DEB_PACKAGES := qemu-system-x86 qemu-utils libvirt-daemon libvirt-daemon-driver-qemu libvirt-daemon-system \
-	libvirt-clients libvirt-dev busybox-static cpio pkg-config iproute2
+	libvirt-clients libvirt-dev busybox-static cpio pkg-config iproute2 xorriso ovmf
 # the launcher image's tools (make image only): container tools and debootstrap
 IMAGE_DEB_PACKAGES := buildah podman skopeo runc slirp4netns uidmap catatonit debootstrap
 FUZZTIME ?= 20s

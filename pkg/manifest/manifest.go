@@ -8,6 +8,7 @@
 package manifest
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -15,7 +16,11 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"slices"
+	"strconv"
+	"strings"
 
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	v1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 )
@@ -53,8 +58,19 @@ func (e *InvalidError) Error() string {
 type Document struct {
 	// Input names where the manifest came from (a path, or "stdin").
 	Input string
-	// Raw is the manifest as generic JSON values (maps, slices, scalars).
+	// Kind is the kind the input was: VirtualMachineInstance or
+	// VirtualMachine (whose template Read turned into the VMI).
+	Kind string
+	// Raw is the manifest as generic JSON values (maps, slices, scalars),
+	// without the cluster-only fields; for a VirtualMachine read by Read,
+	// it is shaped as the VMI that runs (its template's spec).
 	Raw map[string]any
+	// Ignored lists, sorted, the fields the input carried that only a
+	// cluster sets (status, metadata.managedFields, ...,
+	// kubevirt.io/* labels and annotations) and the VirtualMachine fields
+	// that do not change the one VMI a launch runs (spec.runStrategy, ...).
+	// The launcher says once, at info level, that it ignored them.
+	Ignored []string
 }
 
 // ReadFile reads a manifest from path, or from stdin when path is "-".
@@ -73,39 +89,116 @@ func ReadFile(path string, stdin io.Reader) ([]byte, string, error) {
 	return data, path, nil
 }
 
-// decode converts YAML or JSON into a strictly typed object and a generic map,
-// checking apiVersion and kind.
-func decode(data []byte, input, wantKind string, into any) (*Document, error) {
+// parse converts YAML or JSON holding exactly one document into a generic
+// object. want describes the expected kinds for messages.
+func parse(data []byte, input, want string) (map[string]any, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
-		return nil, &InvalidError{Input: input, Msg: "empty manifest: want a " + wantKind}
+		return nil, &InvalidError{Input: input, Msg: "empty manifest: want a " + want}
 	}
-	jsonData, err := yaml.YAMLToJSON(data)
-	if err != nil {
-		return nil, &InvalidError{Input: input, Msg: fmt.Sprintf("not valid YAML or JSON: %v", err)}
+	var docs [][]byte
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for {
+		chunk, err := r.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, &InvalidError{Input: input, Msg: fmt.Sprintf("not valid YAML or JSON: %v", err)}
+		}
+		js, err := yaml.YAMLToJSON(chunk)
+		if err != nil {
+			return nil, &InvalidError{Input: input, Msg: fmt.Sprintf("not valid YAML or JSON: %v", err)}
+		}
+		if t := bytes.TrimSpace(js); len(t) == 0 || string(t) == "null" {
+			continue // a document of comments or blank lines only
+		}
+		docs = append(docs, js)
+	}
+	switch len(docs) {
+	case 0:
+		return nil, &InvalidError{Input: input, Msg: "empty manifest: want a " + want}
+	case 1:
+	default:
+		return nil, &InvalidError{Input: input, Msg: fmt.Sprintf("%d YAML documents: want exactly one %s (one launch runs one VMI)", len(docs), want)}
 	}
 	var raw map[string]any
-	if err := json.Unmarshal(jsonData, &raw); err != nil {
-		return nil, &InvalidError{Input: input, Msg: fmt.Sprintf("want a %s object, got: %v", wantKind, err)}
+	if err := json.Unmarshal(docs[0], &raw); err != nil {
+		return nil, &InvalidError{Input: input, Msg: fmt.Sprintf("want a %s object, got: %v", want, err)}
 	}
+	if raw == nil {
+		return nil, &InvalidError{Input: input, Msg: "want a " + want + " object, got null"}
+	}
+	return raw, nil
+}
+
+// checkKind checks apiVersion and that kind is one of kinds.
+func checkKind(raw map[string]any, input string, kinds ...string) (string, error) {
 	kind, _ := raw["kind"].(string)
-	if kind != wantKind {
+	if !slices.Contains(kinds, kind) {
 		got := "no kind"
 		if kind != "" {
 			got = fmt.Sprintf("kind %q", kind)
 		}
-		return nil, &InvalidError{Input: input, Field: "kind", Msg: fmt.Sprintf("got %s, want %q", got, wantKind)}
+		quoted := make([]string, len(kinds))
+		for i, k := range kinds {
+			quoted[i] = strconv.Quote(k)
+		}
+		return "", &InvalidError{Input: input, Field: "kind", Msg: fmt.Sprintf("got %s, want %s", got, strings.Join(quoted, " or "))}
 	}
 	apiVersion, _ := raw["apiVersion"].(string)
 	if apiVersion != "kubevirt.io/v1" {
-		return nil, &InvalidError{Input: input, Field: "apiVersion", Msg: fmt.Sprintf("got %q, want \"kubevirt.io/v1\"", apiVersion)}
+		return "", &InvalidError{Input: input, Field: "apiVersion", Msg: fmt.Sprintf("got %q, want \"kubevirt.io/v1\"", apiVersion)}
+	}
+	return kind, nil
+}
+
+// strict drops the cluster-only fields from raw, refuses any field the
+// type of into has no place for, and decodes raw into into.
+func strict(raw map[string]any, input, kind string, into any) ([]string, error) {
+	ignored := stripCluster(raw, "")
+	field, why := refusedAnnotation(raw, "")
+	if kind == "VirtualMachine" {
+		if spec, ok := raw["spec"].(map[string]any); ok {
+			if tmpl, ok := spec["template"].(map[string]any); ok {
+				ignored = append(ignored, stripCluster(tmpl, "spec.template.")...)
+				if field == "" {
+					field, why = refusedAnnotation(tmpl, "spec.template.")
+				}
+			}
+		}
+	}
+	if field != "" {
+		return nil, &InvalidError{Input: input, Field: field, Msg: why}
 	}
 	if f := unknownField(raw, reflect.TypeOf(into), ""); f != "" {
-		return nil, &InvalidError{Input: input, Field: f, Msg: "unknown field (misspelled, or not part of kubevirt.io/v1 " + wantKind + ")"}
+		return nil, &InvalidError{Input: input, Field: f, Msg: "unknown field (misspelled, or not part of kubevirt.io/v1 " + kind + ")"}
+	}
+	jsonData, err := json.Marshal(raw)
+	if err != nil {
+		return nil, &InvalidError{Input: input, Msg: err.Error()}
 	}
 	if err := json.Unmarshal(jsonData, into); err != nil {
 		return nil, &InvalidError{Input: input, Msg: describeDecodeError(err)}
 	}
-	return &Document{Input: input, Raw: raw}, nil
+	slices.Sort(ignored)
+	return ignored, nil
+}
+
+// decode converts one YAML or JSON document into a strictly typed object
+// of kind wantKind and a generic map.
+func decode(data []byte, input, wantKind string, into any) (*Document, error) {
+	raw, err := parse(data, input, wantKind)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := checkKind(raw, input, wantKind); err != nil {
+		return nil, err
+	}
+	ignored, err := strict(raw, input, wantKind, into)
+	if err != nil {
+		return nil, err
+	}
+	return &Document{Input: input, Kind: wantKind, Raw: raw, Ignored: ignored}, nil
 }
 
 func describeDecodeError(err error) string {
@@ -116,20 +209,17 @@ func describeDecodeError(err error) string {
 	return err.Error()
 }
 
-// VMI decodes a VirtualMachineInstance manifest.
+// VMI decodes a VirtualMachineInstance manifest (only that kind; Read
+// also takes a VirtualMachine).
 func VMI(data []byte, input string) (*v1.VirtualMachineInstance, *Document, error) {
-	vmi := &v1.VirtualMachineInstance{}
-	doc, err := decode(data, input, "VirtualMachineInstance", vmi)
+	raw, err := parse(data, input, "VirtualMachineInstance")
 	if err != nil {
 		return nil, nil, err
 	}
-	if vmi.Name == "" {
-		return nil, nil, &InvalidError{Input: input, Field: "metadata.name", Msg: "must be set"}
+	if _, err := checkKind(raw, input, "VirtualMachineInstance"); err != nil {
+		return nil, nil, err
 	}
-	if vmi.Namespace == "" {
-		vmi.Namespace = "default"
-	}
-	return vmi, doc, nil
+	return vmiFrom(raw, input)
 }
 
 // VM decodes a VirtualMachine manifest.
@@ -139,11 +229,8 @@ func VM(data []byte, input string) (*v1.VirtualMachine, *Document, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if vm.Name == "" {
-		return nil, nil, &InvalidError{Input: input, Field: "metadata.name", Msg: "must be set"}
-	}
-	if vm.Namespace == "" {
-		vm.Namespace = "default"
+	if err := named(input, &vm.ObjectMeta); err != nil {
+		return nil, nil, err
 	}
 	return vm, doc, nil
 }

@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "kubevirt.io/api/core/v1"
 )
 
 const goodVMI = `apiVersion: kubevirt.io/v1
@@ -107,17 +110,200 @@ func FuzzVMI(f *testing.F) {
 	f.Add([]byte("kind: VirtualMachineInstance\napiVersion: kubevirt.io/v1\nmetadata: {name: a}\nspec: {domain: {cpu: {cores: -1}}}\n"))
 	f.Add([]byte("- 1\n"))
 	f.Add([]byte("&a [*a]"))
+	f.Add([]byte(vmiDump))
+	f.Add([]byte(vmDump))
+	f.Add([]byte(goodVMI + "---\n" + goodVMI))
+	f.Add([]byte("---\n---\nkind: VirtualMachine\napiVersion: kubevirt.io/v1\nmetadata: {name: a}\nspec: {template: {}}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		vmi, doc, err := VMI(data, "fuzz")
-		if err != nil {
-			var inv *InvalidError
-			if !errors.As(err, &inv) {
-				t.Fatalf("error of unexpected type %T: %v", err, err)
+		// VMI takes one kind, Read both (and a VM's template); both must
+		// fail only with an *InvalidError and never accept a nameless VMI.
+		for _, read := range []func([]byte, string) (*v1.VirtualMachineInstance, *Document, error){VMI, Read} {
+			vmi, doc, err := read(data, "fuzz")
+			if err != nil {
+				var inv *InvalidError
+				if !errors.As(err, &inv) {
+					t.Fatalf("error of unexpected type %T: %v", err, err)
+				}
+				continue
 			}
-			return
-		}
-		if vmi == nil || doc == nil || vmi.Name == "" {
-			t.Fatalf("accepted without a name: %+v", vmi)
+			if vmi == nil || doc == nil || vmi.Name == "" || vmi.Namespace == "" {
+				t.Fatalf("accepted without a name or namespace: %+v", vmi)
+			}
+			if _, ok := doc.Raw["status"]; ok {
+				t.Fatalf("status left in Raw")
+			}
 		}
 	})
+}
+
+// vmiDump is a VMI as `kubectl get vmi -o yaml` prints it from a cluster.
+const vmiDump = `apiVersion: kubevirt.io/v1
+kind: VirtualMachineInstance
+metadata:
+  annotations:
+    kubevirt.io/latest-observed-api-version: v1
+    kubevirt.io/storage-observed-api-version: v1
+    kubevirt.io/func-test-virt-launcher-fail-fast: "false"
+  creationTimestamp: "2025-06-01T10:00:00Z"
+  finalizers:
+  - kubevirt.io/virtualMachineControllerFinalize
+  - foregroundDeleteVirtualMachine
+  generation: 4
+  labels:
+    kubevirt.io/nodeName: node01
+    app: demo
+  managedFields:
+  - apiVersion: kubevirt.io/v1
+    fieldsType: FieldsV1
+    fieldsV1:
+      f:metadata:
+        f:annotations:
+          .: {}
+          f:kubevirt.io/latest-observed-api-version: {}
+    manager: virt-controller
+    operation: Update
+    time: "2025-06-01T10:00:01Z"
+  name: demo
+  namespace: ns1
+  ownerReferences:
+  - apiVersion: kubevirt.io/v1
+    blockOwnerDeletion: true
+    controller: true
+    kind: VirtualMachine
+    name: demo
+    uid: 0b1f3d2e-7a55-4f39-9e56-1f0a3a1b2c3d
+  resourceVersion: "12345"
+  uid: 6d3c1c5e-0b6a-4a43-9f43-0c3a3c6a9e01
+spec:
+  domain:
+    memory:
+      guest: 128Mi
+status:
+  phase: Running
+  someFieldFromANewerKubeVirt: true
+  conditions:
+  - type: Ready
+    status: "True"
+`
+
+func TestReadClusterDump(t *testing.T) {
+	vmi, doc, err := Read([]byte(vmiDump), "dump.yaml")
+	if err != nil {
+		t.Fatalf("Read: %v", err)
+	}
+	want := []string{
+		"metadata.annotations[kubevirt.io/latest-observed-api-version]",
+		"metadata.annotations[kubevirt.io/storage-observed-api-version]",
+		"metadata.creationTimestamp", "metadata.finalizers", "metadata.generation",
+		"metadata.labels[kubevirt.io/nodeName]", "metadata.managedFields",
+		"metadata.ownerReferences", "metadata.resourceVersion", "status",
+	}
+	if diff := cmp.Diff(want, doc.Ignored); diff != "" {
+		t.Fatalf("Ignored (-want +got):\n%s", diff)
+	}
+	if vmi.UID != "6d3c1c5e-0b6a-4a43-9f43-0c3a3c6a9e01" || vmi.Namespace != "ns1" || vmi.Labels["app"] != "demo" {
+		t.Fatalf("kept metadata wrong: %+v", vmi.ObjectMeta)
+	}
+	if vmi.Status.Phase != "" || vmi.ManagedFields != nil || vmi.Finalizers != nil {
+		t.Fatalf("cluster-only fields reached the VMI: %+v %+v", vmi.Status, vmi.ObjectMeta)
+	}
+	if _, ok := doc.Raw["status"]; ok {
+		t.Fatalf("status left in Raw")
+	}
+	if vmi.Annotations["kubevirt.io/func-test-virt-launcher-fail-fast"] != "false" {
+		t.Fatalf("the launcher's own annotation was dropped")
+	}
+	// Strictness outside the cluster-only fields is unchanged.
+	typo := strings.Replace(vmiDump, "      guest: 128Mi", "      gust: 128Mi", 1)
+	_, _, err = Read([]byte(typo), "dump.yaml")
+	var inv *InvalidError
+	if !errors.As(err, &inv) || inv.Field != "spec.domain.memory.gust" {
+		t.Fatalf("typo under spec: %v", err)
+	}
+	metaTypo := strings.Replace(vmiDump, "  resourceVersion:", "  resourceVersoin:", 1)
+	if _, _, err = Read([]byte(metaTypo), "dump.yaml"); !errors.As(err, &inv) || inv.Field != "metadata.resourceVersoin" {
+		t.Fatalf("typo in metadata: %v", err)
+	}
+}
+
+const vmDump = `apiVersion: kubevirt.io/v1
+kind: VirtualMachine
+metadata:
+  name: vm1
+  namespace: ns2
+  uid: 0b1f3d2e-7a55-4f39-9e56-1f0a3a1b2c3d
+  resourceVersion: "9"
+  generation: 2
+  labels: {vm-label: x}
+spec:
+  runStrategy: Always
+  template:
+    metadata:
+      creationTimestamp: null
+      labels: {kubevirt.io/domain: vm1, tmpl: z}
+      annotations: {a: b}
+    spec:
+      domain:
+        memory:
+          guest: 128Mi
+status:
+  printableStatus: Running
+`
+
+func TestReadVM(t *testing.T) {
+	vmi, doc, err := Read([]byte(vmDump), "vm.yaml")
+	if err != nil {
+		t.Fatalf("Read: %v", err)
+	}
+	if vmi.Name != "vm1" || vmi.Namespace != "ns2" || vmi.Labels["tmpl"] != "z" || vmi.Labels["vm-label"] != "" || vmi.Annotations["a"] != "b" {
+		t.Fatalf("metadata: %+v", vmi.ObjectMeta)
+	}
+	if vmi.UID == "" || vmi.UID == "0b1f3d2e-7a55-4f39-9e56-1f0a3a1b2c3d" {
+		t.Fatalf("want a fresh UID, got %q", vmi.UID)
+	}
+	if vmi.Spec.Domain.Memory.Guest.String() != "128Mi" || doc.Kind != "VirtualMachine" {
+		t.Fatalf("spec %+v kind %q", vmi.Spec.Domain, doc.Kind)
+	}
+	if doc.Raw["kind"] != "VirtualMachineInstance" || doc.Raw["spec"].(map[string]any)["domain"] == nil {
+		t.Fatalf("Raw not VMI-shaped: %v", doc.Raw)
+	}
+	want := []string{"metadata.generation", "metadata.resourceVersion", "spec.runStrategy",
+		"spec.template.metadata.labels[kubevirt.io/domain]", "status"}
+	if diff := cmp.Diff(want, doc.Ignored); diff != "" {
+		t.Fatalf("Ignored (-want +got):\n%s", diff)
+	}
+	for _, tt := range []struct{ name, in, field, msg string }{
+		{"template typo", strings.Replace(vmDump, "          guest:", "          gest:", 1), "spec.template.spec.domain.memory.gest", "unknown field"},
+		{"no template", strings.SplitN(vmDump, "  template:", 2)[0], "spec.template", "must be set"},
+		{"instancetype", strings.Replace(vmDump, "  runStrategy: Always\n", "  instancetype: {name: u1.small}\n", 1), "spec.instancetype", "cluster objects"},
+		{"sidecar hook", strings.Replace(vmDump, "      annotations: {a: b}", "      annotations: {hooks.kubevirt.io/hookSidecars: '[]'}", 1), "spec.template.metadata.annotations[hooks.kubevirt.io/hookSidecars]", "no sidecars"},
+		{"pod", strings.Replace(vmDump, "kind: VirtualMachine", "kind: Pod", 1), "kind", `want "VirtualMachineInstance" or "VirtualMachine"`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := Read([]byte(tt.in), "vm.yaml")
+			var inv *InvalidError
+			if !errors.As(err, &inv) || inv.Field != tt.field || !strings.Contains(err.Error(), tt.msg) {
+				t.Fatalf("err = %v, want field %s and %q", err, tt.field, tt.msg)
+			}
+		})
+	}
+}
+
+func TestReadDocuments(t *testing.T) {
+	two := goodVMI + "---\n" + strings.Replace(goodVMI, "vmi1", "vmi2", 1)
+	_, _, err := Read([]byte(two), "two.yaml")
+	if err == nil || !strings.Contains(err.Error(), "2 YAML documents") || !strings.Contains(err.Error(), "want exactly one VirtualMachineInstance or VirtualMachine") {
+		t.Fatalf("two documents: %v", err)
+	}
+	if _, _, err := VMI([]byte(two), "two.yaml"); err == nil || !strings.Contains(err.Error(), "2 YAML documents") {
+		t.Fatalf("VMI with two documents: %v", err)
+	}
+	// Separators around one document and comment-only documents are fine.
+	one := "---\n# a comment\n---\n" + goodVMI + "---\n"
+	if vmi, _, err := Read([]byte(one), "one.yaml"); err != nil || vmi.Name != "vmi1" {
+		t.Fatalf("one document with separators: %v", err)
+	}
+	if _, _, err := Read([]byte("---\n---\n"), "none.yaml"); err == nil || !strings.Contains(err.Error(), "empty manifest") {
+		t.Fatalf("separators only: %v", err)
+	}
 }

@@ -86,6 +86,10 @@ func TestBuildDomain(t *testing.T) {
 		if edit != nil {
 			edit(d)
 		}
+		// KubeVirt puts the firmware UUID into SMBIOS too.
+		d.SysInfo = []libvirtxml.DomainSysInfo{{SMBIOS: &libvirtxml.DomainSysInfoSMBIOS{System: &libvirtxml.DomainSysInfoSystem{
+			Entry: []libvirtxml.DomainSysInfoEntry{{Name: "uuid", Value: d.UUID}}}}}}
+		d.OS.SMBios = &libvirtxml.DomainSMBios{Mode: "sysinfo"}
 		return d
 	}
 	tests := []struct {
@@ -200,7 +204,7 @@ func TestBuildDomainErrors(t *testing.T) {
 		{"missing host disk", func(vmi *v1.VirtualMachineInstance) {
 			vmi.Spec.Domain.Devices.Disks = []v1.Disk{{Name: "r"}}
 			vmi.Spec.Volumes = []v1.Volume{{Name: "r", VolumeSource: v1.VolumeSource{HostDisk: &v1.HostDisk{Path: "/nonexistent/x.img", Type: v1.HostDiskExists}}}}
-		}, "spec.volumes[name=r].hostDisk.path", "existing file"},
+		}, "spec.volumes[0].hostDisk.path", "existing file"},
 		{"machine type", func(vmi *v1.VirtualMachineInstance) { vmi.Spec.Domain.Machine = &v1.Machine{Type: "virt"} }, "spec.domain.machine.type", "allowed: pc, q35"},
 		{"architecture", func(vmi *v1.VirtualMachineInstance) { vmi.Spec.Architecture = "arm64" }, "spec.architecture", "allowed: amd64"},
 		{"cpu model", func(vmi *v1.VirtualMachineInstance) { vmi.Spec.Domain.CPU = &v1.CPU{Model: "Haswell"} }, "spec.domain.cpu.model", "allowed: host-model"},
@@ -215,14 +219,14 @@ func TestBuildDomainErrors(t *testing.T) {
 		{"sriov binding", func(vmi *v1.VirtualMachineInstance) {
 			vmi.Spec.Domain.Devices.Interfaces = []v1.Interface{{Name: "default", InterfaceBindingMethod: v1.InterfaceBindingMethod{SRIOV: &v1.InterfaceSRIOV{}}}}
 			vmi.Spec.Networks = []v1.Network{*v1.DefaultPodNetwork()}
-		}, "spec.domain.devices.interfaces[0]", "bridge and masquerade"},
+		}, "spec.domain.devices.interfaces[0].sriov", "bridge and masquerade"},
 		{"network without interface", func(vmi *v1.VirtualMachineInstance) {
 			vmi.Spec.Networks = []v1.Network{*v1.DefaultPodNetwork()}
 		}, "spec.networks[name=default]", "no interface"},
 		{"graphics", func(vmi *v1.VirtualMachineInstance) {
 			on := true
 			vmi.Spec.Domain.Devices.AutoattachGraphicsDevice = &on
-		}, "spec.domain.devices.autoattachGraphicsDevice", "not supported"},
+		}, "spec.domain.devices.autoattachGraphicsDevice", "per-VMI folder"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -251,10 +255,10 @@ func TestCheckSupported(t *testing.T) {
 	}
 	bad := map[string]any{"spec": map[string]any{
 		"networks": []any{map[string]any{"name": "default", "pod": map[string]any{}}},
-		"domain":   map[string]any{"devices": map[string]any{"interfaces": []any{map[string]any{"name": "default", "masquerade": map[string]any{}, "macAddress": "02:00:00:00:00:01"}}}},
+		"domain":   map[string]any{"devices": map[string]any{"interfaces": []any{map[string]any{"name": "default", "masquerade": map[string]any{}, "pciAddress": "0000:81:00.1"}}}},
 	}}
 	err := CheckSupported(bad)
-	if err == nil || !strings.Contains(err.Error(), "spec.domain.devices.interfaces[0].macAddress") || !strings.Contains(err.Error(), "supported:") {
+	if err == nil || !strings.Contains(err.Error(), "spec.domain.devices.interfaces[0].pciAddress") || !strings.Contains(err.Error(), "supported:") {
 		t.Fatalf("CheckSupported(bad) = %v, want the first unsupported field and the supported list", err)
 	}
 }

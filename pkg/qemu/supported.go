@@ -23,12 +23,25 @@ func supportedFields() []string {
 		"spec.domain.cpu.model", "spec.domain.cpu.maxSockets",
 		"spec.domain.devices.interfaces[].name",
 		"spec.networks[].name",
+		// The pod network through QEMU's user-mode network, ports
+		// forwarded from loopback.
+		"spec.domain.devices.interfaces[].model", "spec.domain.devices.interfaces[].macAddress",
+		"spec.domain.devices.interfaces[].ports[].name", "spec.domain.devices.interfaces[].ports[].port",
+		"spec.domain.devices.interfaces[].ports[].protocol",
+		"spec.hostname",
 		"spec.domain.cpu.cores", "spec.domain.cpu.sockets", "spec.domain.cpu.threads",
 		"spec.domain.memory.guest",
 		"spec.domain.resources.requests.memory", "spec.domain.resources.requests.cpu",
 		"spec.domain.machine.type",
 		"spec.domain.features.acpi.enabled",
-		"spec.domain.firmware.uuid",
+		"spec.domain.features.apic.enabled", "spec.domain.features.apic.endOfInterrupt",
+		"spec.domain.features.smm.enabled",
+		"spec.domain.features.hyperv.*",
+		"spec.domain.clock.utc.offsetSeconds", "spec.domain.clock.timezone",
+		"spec.domain.clock.timer.*",
+		"spec.domain.firmware.uuid", "spec.domain.firmware.serial",
+		"spec.domain.firmware.bootloader.bios.useSerial",
+		"spec.domain.firmware.bootloader.efi.secureBoot",
 		"spec.domain.firmware.kernelBoot.kernelArgs",
 		"spec.domain.firmware.kernelBoot.container.image",
 		"spec.domain.firmware.kernelBoot.container.kernelPath",
@@ -38,6 +51,10 @@ func supportedFields() []string {
 		"spec.domain.devices.disks[].disk.bus",
 		"spec.domain.devices.disks[].disk.readonly",
 		"spec.domain.devices.disks[].serial",
+		"spec.domain.devices.disks[].bootOrder",
+		"spec.domain.devices.disks[].cdrom.bus", "spec.domain.devices.disks[].cdrom.readonly",
+		"spec.domain.devices.disks[].cdrom.tray",
+		"spec.domain.devices.rng",
 		"spec.domain.devices.autoattachSerialConsole",
 		"spec.domain.devices.autoattachGraphicsDevice",
 		"spec.domain.devices.autoattachMemBalloon",
@@ -46,6 +63,13 @@ func supportedFields() []string {
 		"spec.volumes[].hostDisk.path", "spec.volumes[].hostDisk.type", "spec.volumes[].hostDisk.capacity",
 		"spec.volumes[].containerDisk.image", "spec.volumes[].containerDisk.path",
 		"spec.volumes[].containerDisk.imagePullPolicy",
+		"spec.volumes[].persistentVolumeClaim.claimName", "spec.volumes[].persistentVolumeClaim.readOnly",
+		"spec.volumes[].dataVolume.name",
+		"spec.volumes[].ephemeral.persistentVolumeClaim.claimName",
+		"spec.volumes[].emptyDisk.capacity",
+		// secretRef and networkDataSecretRef are refused by Convert with
+		// the reason (no cluster secrets).
+		"spec.volumes[].cloudInitNoCloud.*", "spec.volumes[].cloudInitConfigDrive.*",
 	}
 }
 

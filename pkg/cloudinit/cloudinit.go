@@ -1,0 +1,221 @@
+// Package cloudinit builds the cloud-init disk of a VMI the way KubeVirt
+// v1.6.0's virt-launcher does (pkg/cloud-init upstream): an ISO 9660 image
+// with Rock Ridge and Joliet names made by xorrisofs (Debian's xorriso),
+// labelled "cidata" for NoCloud (user-data, meta-data, network-config) or
+// "config-2" for ConfigDrive (openstack/latest/user_data, meta_data.json,
+// network_data.json). The metadata is KubeVirt's: JSON with the firmware
+// UUID as the NoCloud instance-id, "NAME.NAMESPACE" as the ConfigDrive
+// instance_id and the firmware UUID as its uuid.
+//
+// xorrisofs rather than a Go ISO library: cloud-init finds its files by
+// names (user-data, meta_data.json) that plain ISO 9660 cannot hold, so it
+// needs Rock Ridge or Joliet, which KubeVirt writes with xorrisofs and the
+// Go writers on the module proxy (github.com/kdomanski/iso9660) do not.
+package cloudinit
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	v1 "kubevirt.io/api/core/v1"
+)
+
+// Source is a cloud-init data source.
+type Source string
+
+// The two data sources KubeVirt offers.
+const (
+	NoCloud     Source = "noCloud"
+	ConfigDrive Source = "configDrive"
+)
+
+// Label is the ISO volume label cloud-init looks for.
+func (s Source) Label() string {
+	if s == ConfigDrive {
+		return "config-2"
+	}
+	return "cidata"
+}
+
+// Data is what goes on a cloud-init disk.
+type Data struct {
+	Source      Source
+	UserData    string
+	NetworkData string
+	// MetaData is the JSON metadata file.
+	MetaData []byte
+}
+
+// FieldError names the volume field that cannot be used.
+type FieldError struct {
+	Field string
+	Msg   string
+}
+
+func (e *FieldError) Error() string { return fmt.Sprintf("field %s: %s", e.Field, e.Msg) }
+
+// IsVolume tells whether a volume is a cloud-init volume.
+func IsVolume(v *v1.Volume) bool { return v.CloudInitNoCloud != nil || v.CloudInitConfigDrive != nil }
+
+// FromVolume reads the cloud-init volume v of vmi (spec.domain.firmware.uuid
+// already defaulted). field is the volume's path in messages. Secret
+// references are refused: there are no cluster secrets here.
+func FromVolume(vmi *v1.VirtualMachineInstance, v *v1.Volume, field string) (*Data, error) {
+	var (
+		src                        Source
+		user, userB64, net, netB64 string
+		userSecret, netSecret      bool
+	)
+	switch {
+	case v.CloudInitNoCloud != nil:
+		c := v.CloudInitNoCloud
+		src, field = NoCloud, field+".cloudInitNoCloud"
+		user, userB64, net, netB64 = c.UserData, c.UserDataBase64, c.NetworkData, c.NetworkDataBase64
+		userSecret, netSecret = c.UserDataSecretRef != nil, c.NetworkDataSecretRef != nil
+	case v.CloudInitConfigDrive != nil:
+		c := v.CloudInitConfigDrive
+		src, field = ConfigDrive, field+".cloudInitConfigDrive"
+		user, userB64, net, netB64 = c.UserData, c.UserDataBase64, c.NetworkData, c.NetworkDataBase64
+		userSecret, netSecret = c.UserDataSecretRef != nil, c.NetworkDataSecretRef != nil
+	default:
+		return nil, &FieldError{Field: field, Msg: "not a cloud-init volume"}
+	}
+	if userSecret {
+		return nil, &FieldError{Field: field + ".secretRef", Msg: "is not supported: the launcher has no cluster secrets to read (put the data in userData or userDataBase64)"}
+	}
+	if netSecret {
+		return nil, &FieldError{Field: field + ".networkDataSecretRef", Msg: "is not supported: the launcher has no cluster secrets to read (put the data in networkData or networkDataBase64)"}
+	}
+	d := &Data{Source: src}
+	var err error
+	if d.UserData, err = pick(user, userB64, field+".userData", field+".userDataBase64"); err != nil {
+		return nil, err
+	}
+	if d.NetworkData, err = pick(net, netB64, field+".networkData", field+".networkDataBase64"); err != nil {
+		return nil, err
+	}
+	if d.UserData == "" && d.NetworkData == "" {
+		return nil, &FieldError{Field: field + ".userData", Msg: "cloud-init needs userData, userDataBase64, networkData or networkDataBase64"}
+	}
+	firmwareUUID := ""
+	if fw := vmi.Spec.Domain.Firmware; fw != nil {
+		firmwareUUID = string(fw.UUID)
+	}
+	host := Hostname(vmi)
+	var meta any
+	if src == NoCloud {
+		meta = struct {
+			InstanceID    string `json:"instance-id"`
+			LocalHostname string `json:"local-hostname,omitempty"`
+		}{firmwareUUID, host}
+	} else {
+		meta = struct {
+			InstanceID string `json:"instance_id"`
+			Hostname   string `json:"hostname,omitempty"`
+			UUID       string `json:"uuid,omitempty"`
+		}{vmi.Name + "." + vmi.Namespace, host, firmwareUUID}
+	}
+	if d.MetaData, err = json.Marshal(meta); err != nil {
+		return nil, fmt.Errorf("encoding cloud-init metadata: %w", err)
+	}
+	return d, nil
+}
+
+func pick(plain, b64, plainField, b64Field string) (string, error) {
+	if plain != "" && b64 != "" {
+		return "", &FieldError{Field: b64Field, Msg: "set only one of " + lastPart(plainField) + " and " + lastPart(b64Field)}
+	}
+	if b64 == "" {
+		return plain, nil
+	}
+	out, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		return "", &FieldError{Field: b64Field, Msg: fmt.Sprintf("not valid base64: %v", err)}
+	}
+	return string(out), nil
+}
+
+func lastPart(f string) string { return f[strings.LastIndex(f, ".")+1:] }
+
+// Hostname is the guest host name KubeVirt gives: spec.hostname, else the
+// VMI name, cut to 63 characters.
+func Hostname(vmi *v1.VirtualMachineInstance) string {
+	h := vmi.Spec.Hostname
+	if h == "" {
+		h = vmi.Name
+	}
+	if len(h) > 63 {
+		h = h[:63]
+	}
+	return h
+}
+
+// Files are the paths and contents on the disk.
+func (d *Data) Files() map[string][]byte {
+	files := map[string][]byte{}
+	var user, meta, net string
+	if d.Source == ConfigDrive {
+		user, meta, net = "openstack/latest/user_data", "openstack/latest/meta_data.json", "openstack/latest/network_data.json"
+	} else {
+		user, meta, net = "user-data", "meta-data", "network-config"
+	}
+	files[user] = []byte(d.UserData)
+	files[meta] = d.MetaData
+	if d.NetworkData != "" {
+		files[net] = []byte(d.NetworkData)
+	}
+	return files
+}
+
+// WriteISO writes the disk to path with xorrisofs (as KubeVirt runs it,
+// with a 10 s limit), staging the files in a folder next to it that it
+// removes again.
+func (d *Data) WriteISO(ctx context.Context, path string) error {
+	stage, err := os.MkdirTemp(filepath.Dir(path), ".cloudinit-")
+	if err != nil {
+		return fmt.Errorf("cloud-init staging folder: %w", err)
+	}
+	defer os.RemoveAll(stage)
+	for name, data := range d.Files() {
+		p := filepath.Join(stage, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return fmt.Errorf("cloud-init staging folder: %w", err)
+		}
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			return fmt.Errorf("writing cloud-init %s: %w", name, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "xorrisofs", "-output", path, "-volid", d.Source.Label(),
+		"-joliet", "-rock", "-partition_cyl_align", "on", stage)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("building cloud-init ISO %s with xorrisofs (Debian package xorriso): %v: %s", path, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// VolumeLabel reads the volume identifier of an ISO 9660 image from its
+// primary volume descriptor (sector 16, bytes 40-71).
+func VolumeLabel(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	pvd := make([]byte, 2048)
+	if _, err := f.ReadAt(pvd, 16*2048); err != nil {
+		return "", fmt.Errorf("reading the volume descriptor of %s: %w", path, err)
+	}
+	if pvd[0] != 1 || string(pvd[1:6]) != "CD001" {
+		return "", fmt.Errorf("%s is not an ISO 9660 image", path)
+	}
+	return strings.TrimRight(string(pvd[40:72]), " "), nil
+}

@@ -1,0 +1,257 @@
+package qemu
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	v1 "kubevirt.io/api/core/v1"
+	"libvirt.org/go/libvirtxml"
+)
+
+// OVMF names the UEFI firmware files: code and variable-store template,
+// for plain and Secure Boot.
+type OVMF struct {
+	Code, Vars             string
+	SecureCode, SecureVars string
+}
+
+// DebianOVMF are the 4 MiB builds Debian's ovmf package ships: the plain
+// firmware, and the Secure Boot one (SMM required) with Microsoft's keys
+// enrolled in its variable store, as KubeVirt's images pair them.
+func DebianOVMF() OVMF {
+	return OVMF{
+		Code:       "/usr/share/OVMF/OVMF_CODE_4M.fd",
+		Vars:       "/usr/share/OVMF/OVMF_VARS_4M.fd",
+		SecureCode: "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd",
+		SecureVars: "/usr/share/OVMF/OVMF_VARS_4M.ms.fd",
+	}
+}
+
+func enabledOr(b *bool, def bool) bool {
+	if b == nil {
+		return def
+	}
+	return *b
+}
+
+func featureOn(f *v1.FeatureState) bool { return f != nil && enabledOr(f.Enabled, true) }
+
+// setFirmware sets the bootloader (SeaBIOS or OVMF with a per-VMI variable
+// store) and the SMBIOS system entries (uuid, serial) KubeVirt sets.
+func setFirmware(dom *libvirtxml.Domain, vmi *v1.VirtualMachineInstance, opts *DomainOptions) error {
+	fw := vmi.Spec.Domain.Firmware
+	if fw == nil {
+		return nil
+	}
+	entries := []libvirtxml.DomainSysInfoEntry{}
+	if dom.UUID != "" {
+		entries = append(entries, libvirtxml.DomainSysInfoEntry{Name: "uuid", Value: dom.UUID})
+	}
+	if fw.Serial != "" {
+		entries = append(entries, libvirtxml.DomainSysInfoEntry{Name: "serial", Value: fw.Serial})
+	}
+	if len(entries) > 0 {
+		dom.SysInfo = []libvirtxml.DomainSysInfo{{SMBIOS: &libvirtxml.DomainSysInfoSMBIOS{System: &libvirtxml.DomainSysInfoSystem{Entry: entries}}}}
+		dom.OS.SMBios = &libvirtxml.DomainSMBios{Mode: "sysinfo"}
+	}
+	bl := fw.Bootloader
+	if bl == nil {
+		return nil
+	}
+	if bl.BIOS != nil && bl.EFI != nil {
+		return &SpecError{Field: "spec.domain.firmware.bootloader", Msg: "set bios or efi, not both"}
+	}
+	if bl.BIOS != nil && enabledOr(bl.BIOS.UseSerial, false) {
+		dom.OS.BIOS = &libvirtxml.DomainBIOS{UseSerial: "yes"}
+	}
+	if bl.EFI == nil {
+		return nil
+	}
+	const field = "spec.domain.firmware.bootloader.efi"
+	ovmf := opts.OVMF
+	if ovmf == (OVMF{}) {
+		ovmf = DebianOVMF()
+	}
+	secure := enabledOr(bl.EFI.SecureBoot, true) // KubeVirt: Secure Boot unless secureBoot: false
+	code, vars := ovmf.Code, ovmf.Vars
+	if secure {
+		code, vars = ovmf.SecureCode, ovmf.SecureVars
+		if f := vmi.Spec.Domain.Features; f == nil || !featureOn(f.SMM) {
+			return &SpecError{Field: field + ".secureBoot", Msg: "Secure Boot needs SMM: set spec.domain.features.smm.enabled: true (as KubeVirt requires), or secureBoot: false"}
+		}
+		if !strings.Contains(dom.OS.Type.Machine, "q35") {
+			return &SpecError{Field: field + ".secureBoot", Msg: fmt.Sprintf("Secure Boot needs a q35 machine, got %q in spec.domain.machine.type", dom.OS.Type.Machine)}
+		}
+	}
+	for _, f := range []string{code, vars} {
+		if _, err := os.Stat(f); err != nil {
+			return &SpecError{Field: field, Msg: fmt.Sprintf("UEFI firmware file missing (Debian package ovmf): %v", err)}
+		}
+	}
+	if opts.ScratchDir == "" {
+		return &SpecError{Field: field, Msg: "EFI needs a per-VMI folder for its variable store (no scratch folder given)"}
+	}
+	nvram := filepath.Join(opts.ScratchDir, vmi.Name+"_VARS.fd")
+	if err := copyFile(vars, nvram); err != nil {
+		return &SpecError{Field: field, Msg: err.Error()}
+	}
+	dom.OS.Loader = &libvirtxml.DomainLoader{Path: code, Readonly: "yes", Secure: yesNo(secure), Type: "pflash"}
+	dom.OS.NVRam = &libvirtxml.DomainNVRam{NVRam: nvram, Template: vars}
+	return nil
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func copyFile(from, to string) error {
+	data, err := os.ReadFile(from)
+	if err != nil {
+		return fmt.Errorf("copying the UEFI variable store: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(to), 0o700); err != nil {
+		return fmt.Errorf("copying the UEFI variable store: %w", err)
+	}
+	if err := os.WriteFile(to, data, 0o600); err != nil {
+		return fmt.Errorf("copying the UEFI variable store: %w", err)
+	}
+	return nil
+}
+
+// setFeatures sets ACPI, APIC, SMM and the Hyper-V enlightenments. Under
+// TCG the enlightenments, which QEMU offers with KVM only, are left out
+// with a note.
+func setFeatures(dom *libvirtxml.Domain, f *v1.Features, accel Accel, notes *[]string) {
+	// ACPI is on unless the VMI turns it off: without it a guest power-off
+	// only halts and the domain stays running.
+	if f == nil || f.ACPI.Enabled == nil || *f.ACPI.Enabled {
+		dom.Features.ACPI = &libvirtxml.DomainFeature{}
+	}
+	if f == nil {
+		return
+	}
+	if f.APIC != nil && enabledOr(f.APIC.Enabled, true) {
+		dom.Features.APIC = &libvirtxml.DomainFeatureAPIC{}
+		if f.APIC.EndOfInterrupt {
+			dom.Features.APIC.EOI = "on"
+		}
+	}
+	if f.SMM != nil {
+		dom.Features.SMM = &libvirtxml.DomainFeatureSMM{State: onOff(featureOn(f.SMM))}
+	}
+	h := f.Hyperv
+	if h == nil {
+		return
+	}
+	if accel != AccelKVM {
+		*notes = append(*notes, "spec.domain.features.hyperv: Hyper-V enlightenments need KVM; under TCG the guest runs without them")
+		return
+	}
+	st := func(fs *v1.FeatureState) *libvirtxml.DomainFeatureState {
+		if fs == nil {
+			return nil
+		}
+		return &libvirtxml.DomainFeatureState{State: onOff(featureOn(fs))}
+	}
+	hv := &libvirtxml.DomainFeatureHyperV{
+		Relaxed: st(h.Relaxed), VAPIC: st(h.VAPIC), VPIndex: st(h.VPIndex), Runtime: st(h.Runtime),
+		Synic: st(h.SyNIC), Reset: st(h.Reset), Frequencies: st(h.Frequencies),
+		ReEnlightenment: st(h.Reenlightenment), IPI: st(h.IPI), EVMCS: st(h.EVMCS),
+	}
+	if h.Spinlocks != nil {
+		hv.Spinlocks = &libvirtxml.DomainFeatureHyperVSpinlocks{DomainFeatureState: libvirtxml.DomainFeatureState{State: onOff(enabledOr(h.Spinlocks.Enabled, true))}}
+		if h.Spinlocks.Retries != nil {
+			hv.Spinlocks.Retries = uint(*h.Spinlocks.Retries)
+		}
+	}
+	if h.SyNICTimer != nil {
+		hv.STimer = &libvirtxml.DomainFeatureHyperVSTimer{DomainFeatureState: libvirtxml.DomainFeatureState{State: onOff(enabledOr(h.SyNICTimer.Enabled, true))}, Direct: st(h.SyNICTimer.Direct)}
+	}
+	if h.VendorID != nil {
+		hv.VendorId = &libvirtxml.DomainFeatureHyperVVendorId{DomainFeatureState: libvirtxml.DomainFeatureState{State: onOff(enabledOr(h.VendorID.Enabled, true))}, Value: h.VendorID.VendorID}
+	}
+	if h.TLBFlush != nil {
+		hv.TLBFlush = &libvirtxml.DomainFeatureHyperVTLBFlush{DomainFeatureState: libvirtxml.DomainFeatureState{State: onOff(featureOn(h.TLBFlush))}}
+	}
+	dom.Features.HyperV = hv
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+// setClock sets the clock offset and timers. The kvm and hyperv clocks are
+// paravirtual clocks of KVM: under TCG they are left out with a note.
+func setClock(dom *libvirtxml.Domain, c *v1.Clock, accel Accel, notes *[]string) error {
+	if c == nil {
+		return nil
+	}
+	clock := &libvirtxml.DomainClock{Offset: "utc"}
+	switch {
+	case c.UTC != nil && c.Timezone != nil:
+		return &SpecError{Field: "spec.domain.clock", Msg: "set utc or timezone, not both"}
+	case c.Timezone != nil:
+		clock.Offset, clock.TimeZone = "timezone", string(*c.Timezone)
+		if _, err := os.Stat(filepath.Join("/usr/share/zoneinfo", clock.TimeZone)); err != nil || clock.TimeZone == "" {
+			return &SpecError{Field: "spec.domain.clock.timezone", Msg: fmt.Sprintf("%q is not a time zone known to this host (/usr/share/zoneinfo)", clock.TimeZone)}
+		}
+	case c.UTC != nil && c.UTC.OffsetSeconds != nil:
+		clock.Offset, clock.Basis, clock.Adjustment = "variable", "utc", strconv.Itoa(*c.UTC.OffsetSeconds)
+	}
+	if t := c.Timer; t != nil {
+		if t.HPET != nil {
+			clock.Timer = append(clock.Timer, libvirtxml.DomainTimer{Name: "hpet", TickPolicy: string(t.HPET.TickPolicy), Present: yesNo(enabledOr(t.HPET.Enabled, true))})
+		}
+		if t.PIT != nil {
+			clock.Timer = append(clock.Timer, libvirtxml.DomainTimer{Name: "pit", TickPolicy: string(t.PIT.TickPolicy), Present: yesNo(enabledOr(t.PIT.Enabled, true))})
+		}
+		if t.RTC != nil {
+			clock.Timer = append(clock.Timer, libvirtxml.DomainTimer{Name: "rtc", TickPolicy: string(t.RTC.TickPolicy), Track: string(t.RTC.Track), Present: yesNo(enabledOr(t.RTC.Enabled, true))})
+		}
+		type pvClock struct {
+			name, field string
+			enabled     *bool
+		}
+		var pvs []pvClock
+		if t.KVM != nil {
+			pvs = append(pvs, pvClock{"kvmclock", "kvm", t.KVM.Enabled})
+		}
+		if t.Hyperv != nil {
+			pvs = append(pvs, pvClock{"hypervclock", "hyperv", t.Hyperv.Enabled})
+		}
+		for _, pv := range pvs {
+			if accel != AccelKVM {
+				*notes = append(*notes, "spec.domain.clock.timer."+pv.field+": the "+pv.name+" is KVM's paravirtual clock; under TCG the guest runs without it")
+				continue
+			}
+			clock.Timer = append(clock.Timer, libvirtxml.DomainTimer{Name: pv.name, Present: yesNo(enabledOr(pv.enabled, true))})
+		}
+	}
+	dom.Clock = clock
+	return nil
+}
+
+// setDevicesExtra adds the entropy device and, when the VMI asks for it,
+// a VGA display served by VNC on a socket in the scratch folder.
+func setDevicesExtra(dom *libvirtxml.Domain, d *v1.Devices, scratch string) error {
+	if d.Rng != nil {
+		dom.Devices.RNGs = []libvirtxml.DomainRNG{{Model: "virtio", Backend: &libvirtxml.DomainRNGBackend{Random: &libvirtxml.DomainRNGBackendRandom{Device: "/dev/urandom"}}}}
+	}
+	if enabledOr(d.AutoattachGraphicsDevice, false) {
+		if scratch == "" {
+			return &SpecError{Field: "spec.domain.devices.autoattachGraphicsDevice", Msg: "a display needs a per-VMI folder for its VNC socket (no scratch folder given)"}
+		}
+		dom.Devices.Graphics = []libvirtxml.DomainGraphic{{VNC: &libvirtxml.DomainGraphicVNC{Socket: filepath.Join(scratch, "vnc.sock")}}}
+		dom.Devices.Videos = []libvirtxml.DomainVideo{{Model: libvirtxml.DomainVideoModel{Type: "vga"}}}
+	}
+	return nil
+}
