@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	cdt "github.com/crashloop-harness/crashloop/pkg/containerdisk/containerdisktest"
 )
 
 func newResolver(t testing.TB) (*Resolver, string) {
@@ -24,12 +26,12 @@ func newResolver(t testing.TB) (*Resolver, string) {
 // without a tag), an oci-archive and a docker-archive: the file's sha256
 // matches, and the second resolution is served from the cache.
 func TestTransports(t *testing.T) {
-	disk := fakeQcow2(3<<20+123, 1)
-	img := testImage{gzip: true, layers: [][]byte{layerTar(t, dir("disk/"), file("disk/disk.qcow2", disk))}}
+	disk := cdt.FakeQcow2(3<<20+123, 1)
+	img := cdt.Image{Gzip: true, Layers: [][]byte{cdt.Layer(t, cdt.Dir("disk/"), cdt.File("disk/disk.qcow2", disk))}}
 	dir := t.TempDir()
-	img.ociLayout(t, filepath.Join(dir, "layout"), "v1")
-	img.ociArchive(t, filepath.Join(dir, "disk.oci.tar"))
-	img.dockerArchive(t, filepath.Join(dir, "disk.docker.tar"), "crashloop.test/disk:v1")
+	img.OCILayout(t, filepath.Join(dir, "layout"), "v1")
+	img.OCIArchive(t, filepath.Join(dir, "disk.oci.tar"))
+	img.DockerArchive(t, filepath.Join(dir, "disk.docker.tar"), "crashloop.test/disk:v1")
 	ctx := context.Background()
 	for _, ref := range []string{
 		"oci:" + filepath.Join(dir, "layout") + ":v1",
@@ -46,7 +48,7 @@ func TestTransports(t *testing.T) {
 			if first.Cached || first.InImage != "/disk/disk.qcow2" || !strings.HasPrefix(first.Path, cache+"/") {
 				t.Fatalf("first resolution: %+v", first)
 			}
-			if got, want := sha256File(t, first.Path), sha256Bytes(disk); got != want {
+			if got, want := cdt.SHA256File(t, first.Path), cdt.SHA256(disk); got != want {
 				t.Fatalf("extracted sha256 %s, want %s", got, want)
 			}
 			fi, _ := os.Stat(first.Path)
@@ -64,7 +66,7 @@ func TestTransports(t *testing.T) {
 			if !os.SameFile(fi, fi2) || !fi2.ModTime().Equal(fi.ModTime()) {
 				t.Fatalf("the cached file was rewritten")
 			}
-			noLeftovers(t, cache)
+			cdt.NoLeftovers(t, cache)
 			t.Logf("%s: first %v (extracted), repeat %v (cached), digest %s", ref, first.Duration, second.Duration, first.Digest)
 		})
 	}
@@ -74,8 +76,8 @@ func TestTransports(t *testing.T) {
 // image folder of images.json).
 func TestRelativePath(t *testing.T) {
 	base := t.TempDir()
-	img := testImage{layers: [][]byte{layerTar(t, file("disk/d.img", []byte("raw disk")))}}
-	img.ociArchive(t, filepath.Join(base, "guest.tar"))
+	img := cdt.Image{Layers: [][]byte{cdt.Layer(t, cdt.File("disk/d.img", []byte("raw disk")))}}
+	img.OCIArchive(t, filepath.Join(base, "guest.tar"))
 	r := New(Options{CacheDir: t.TempDir(), BaseDir: base})
 	res, err := r.File(context.Background(), "oci-archive:guest.tar", "")
 	if err != nil {
@@ -91,54 +93,54 @@ func TestLayers(t *testing.T) {
 	top := []byte("QFI\xfbtop")
 	tests := []struct {
 		name    string
-		layers  [][]byte
+		Layers  [][]byte
 		inImage string
 		want    string // in-image path of the result
 		wantErr string
 	}{
-		{name: "disk in the top layer", layers: [][]byte{
-			layerTar(t, dir("etc/"), file("etc/os-release", []byte("ID=test\n"))),
-			layerTar(t, dir("disk/"), file("disk/disk.qcow2", top)),
+		{name: "disk in the top layer", Layers: [][]byte{
+			cdt.Layer(t, cdt.Dir("etc/"), cdt.File("etc/os-release", []byte("ID=test\n"))),
+			cdt.Layer(t, cdt.Dir("disk/"), cdt.File("disk/disk.qcow2", top)),
 		}, want: "/disk/disk.qcow2"},
-		{name: "top layer replaces the disk", layers: [][]byte{
-			layerTar(t, file("disk/disk.qcow2", []byte("old"))),
-			layerTar(t, file("disk/disk.qcow2", top)),
+		{name: "top layer replaces the disk", Layers: [][]byte{
+			cdt.Layer(t, cdt.File("disk/disk.qcow2", []byte("old"))),
+			cdt.Layer(t, cdt.File("disk/disk.qcow2", top)),
 		}, want: "/disk/disk.qcow2"},
-		{name: "whiteout removes a lower disk", layers: [][]byte{
-			layerTar(t, file("disk/old.img", []byte("old"))),
-			layerTar(t, file("disk/.wh.old.img", nil), file("disk/disk.qcow2", top)),
+		{name: "whiteout removes a lower disk", Layers: [][]byte{
+			cdt.Layer(t, cdt.File("disk/old.img", []byte("old"))),
+			cdt.Layer(t, cdt.File("disk/.wh.old.img", nil), cdt.File("disk/disk.qcow2", top)),
 		}, want: "/disk/disk.qcow2"},
-		{name: "opaque folder hides the lower disk", layers: [][]byte{
-			layerTar(t, file("disk/old.img", []byte("old")), file("disk/sub/x", []byte("x"))),
-			layerTar(t, file("disk/disk.qcow2", top), file("disk/.wh..wh..opq", nil)),
+		{name: "opaque folder hides the lower disk", Layers: [][]byte{
+			cdt.Layer(t, cdt.File("disk/old.img", []byte("old")), cdt.File("disk/sub/x", []byte("x"))),
+			cdt.Layer(t, cdt.File("disk/disk.qcow2", top), cdt.File("disk/.wh..wh..opq", nil)),
 		}, want: "/disk/disk.qcow2"},
-		{name: "containerDisk.path", layers: [][]byte{
-			layerTar(t, file("boot/vmlinuz", []byte("old"))),
-			layerTar(t, file("boot/vmlinuz", top), file("disk/disk.qcow2", []byte("d"))),
+		{name: "containerDisk.path", Layers: [][]byte{
+			cdt.Layer(t, cdt.File("boot/vmlinuz", []byte("old"))),
+			cdt.Layer(t, cdt.File("boot/vmlinuz", top), cdt.File("disk/disk.qcow2", []byte("d"))),
 		}, inImage: "/boot/../boot/vmlinuz", want: "/boot/vmlinuz"},
-		{name: "no /disk", layers: [][]byte{layerTar(t, file("etc/os-release", nil))},
+		{name: "no /disk", Layers: [][]byte{cdt.Layer(t, cdt.File("etc/os-release", nil))},
 			wantErr: "no /disk folder: a containerDisk holds one disk file (*.qcow2 or *.img) in /disk/"},
-		{name: "empty /disk", layers: [][]byte{layerTar(t, dir("disk/"))},
+		{name: "empty /disk", Layers: [][]byte{cdt.Layer(t, cdt.Dir("disk/"))},
 			wantErr: "no file under /disk"},
-		{name: "/disk whited out", layers: [][]byte{
-			layerTar(t, file("disk/disk.qcow2", top)),
-			layerTar(t, file(".wh.disk", nil)),
+		{name: "/disk whited out", Layers: [][]byte{
+			cdt.Layer(t, cdt.File("disk/disk.qcow2", top)),
+			cdt.Layer(t, cdt.File(".wh.disk", nil)),
 		}, wantErr: "no /disk folder"},
-		{name: "two disks", layers: [][]byte{
-			layerTar(t, file("disk/a.img", []byte("a"))),
-			layerTar(t, file("disk/b.qcow2", top)),
+		{name: "two disks", Layers: [][]byte{
+			cdt.Layer(t, cdt.File("disk/a.img", []byte("a"))),
+			cdt.Layer(t, cdt.File("disk/b.qcow2", top)),
 		}, wantErr: "2 entries under /disk (a.img, b.qcow2): a containerDisk holds exactly one disk file there, or set containerDisk.path"},
-		{name: "a folder in /disk", layers: [][]byte{layerTar(t, file("disk/sub/x.img", top))},
+		{name: "a folder in /disk", Layers: [][]byte{cdt.Layer(t, cdt.File("disk/sub/x.img", top))},
 			wantErr: "/disk/sub in the image is not a regular file"},
-		{name: "symlink disk", layers: [][]byte{layerTar(t, file("data/d.img", top), entry{name: "disk/d.img", typ: tar.TypeSymlink, link: "/data/d.img"})},
+		{name: "symlink disk", Layers: [][]byte{cdt.Layer(t, cdt.File("data/d.img", top), cdt.Entry{Name: "disk/d.img", Type: tar.TypeSymlink, Link: "/data/d.img"})},
 			wantErr: "/disk/d.img is a symbolic link to /data/d.img"},
-		{name: "missing path", layers: [][]byte{layerTar(t, file("disk/d.img", top))}, inImage: "/boot/vmlinuz",
+		{name: "missing path", Layers: [][]byte{cdt.Layer(t, cdt.File("disk/d.img", top))}, inImage: "/boot/vmlinuz",
 			wantErr: "no file /boot/vmlinuz in the image"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			layout := t.TempDir()
-			testImage{layers: tc.layers, gzip: true}.ociLayout(t, layout, "latest")
+			cdt.Image{Layers: tc.Layers, Gzip: true}.OCILayout(t, layout, "latest")
 			r, cache := newResolver(t)
 			ref := "oci:" + layout + ":latest"
 			res, err := r.File(context.Background(), ref, tc.inImage)
@@ -161,7 +163,7 @@ func TestLayers(t *testing.T) {
 			if err != nil || !again.Cached || again.Path != res.Path {
 				t.Fatalf("second resolution: %+v, %v", again, err)
 			}
-			noLeftovers(t, cache)
+			cdt.NoLeftovers(t, cache)
 		})
 	}
 }
@@ -170,16 +172,16 @@ func TestLayers(t *testing.T) {
 // resolution fails and caches nothing.
 func TestCorruptLayer(t *testing.T) {
 	layout := t.TempDir()
-	layer := layerTar(t, file("disk/disk.img", []byte("good disk")))
-	testImage{layers: [][]byte{layer}}.ociLayout(t, layout, "latest")
+	layer := cdt.Layer(t, cdt.File("disk/disk.img", []byte("good disk")))
+	cdt.Image{Layers: [][]byte{layer}}.OCILayout(t, layout, "latest")
 	bad := strings.Replace(string(layer), "good disk", "evil disk", 1)
-	blob := filepath.Join(layout, "blobs", "sha256", sha256Bytes(layer))
+	blob := filepath.Join(layout, "blobs", "sha256", cdt.SHA256(layer))
 	if err := os.WriteFile(blob, []byte(bad), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	r, cache := newResolver(t)
 	_, err := r.File(context.Background(), "oci:"+layout, "")
-	if err == nil || !strings.Contains(err.Error(), "does not match its digest sha256:"+sha256Bytes(layer)) {
+	if err == nil || !strings.Contains(err.Error(), "does not match its digest sha256:"+cdt.SHA256(layer)) {
 		t.Fatalf("err = %v, want a digest mismatch", err)
 	}
 	if entries, _ := os.ReadDir(cache); len(entries) != 0 {
@@ -190,7 +192,7 @@ func TestCorruptLayer(t *testing.T) {
 // TestBadReferences: each error names the reference and what is allowed.
 func TestBadReferences(t *testing.T) {
 	layout := t.TempDir()
-	testImage{layers: [][]byte{layerTar(t, file("disk/d.img", []byte("d")))}}.ociLayout(t, layout, "v1")
+	cdt.Image{Layers: [][]byte{cdt.Layer(t, cdt.File("disk/d.img", []byte("d")))}}.OCILayout(t, layout, "v1")
 	tests := []struct{ ref, want string }{
 		{"quay.io/kubevirt/cirros:latest", "has no transport: want TRANSPORT:REFERENCE with TRANSPORT one of oci, oci-archive, docker-archive, containers-storage"},
 		{"docker://quay.io/kubevirt/cirros:latest", `transport "docker" is not supported here (it needs a registry)`},
@@ -232,9 +234,9 @@ func TestNoStorage(t *testing.T) {
 // TestConcurrent: launchers resolving one new image at once each extract
 // into a private folder and all end with the one committed copy.
 func TestConcurrent(t *testing.T) {
-	disk := fakeQcow2(2<<20, 7)
+	disk := cdt.FakeQcow2(2<<20, 7)
 	layout := t.TempDir()
-	testImage{gzip: true, layers: [][]byte{layerTar(t, file("disk/disk.qcow2", disk))}}.ociLayout(t, layout, "latest")
+	cdt.Image{Gzip: true, Layers: [][]byte{cdt.Layer(t, cdt.File("disk/disk.qcow2", disk))}}.OCILayout(t, layout, "latest")
 	cache := t.TempDir()
 	var wg sync.WaitGroup
 	paths := make([]string, 6)
@@ -254,10 +256,10 @@ func TestConcurrent(t *testing.T) {
 			t.Fatalf("resolution %d: %q, %v (first: %q)", i, paths[i], errs[i], paths[0])
 		}
 	}
-	if sha256File(t, paths[0]) != sha256Bytes(disk) {
+	if cdt.SHA256File(t, paths[0]) != cdt.SHA256(disk) {
 		t.Fatal("the committed copy is not the disk")
 	}
-	noLeftovers(t, cache)
+	cdt.NoLeftovers(t, cache)
 }
 
 // TestLargeImage measures first and repeat resolution of a large disk
@@ -271,15 +273,15 @@ func TestLargeImage(t *testing.T) {
 	for _, c := range mb {
 		n = n*10 + int(c-'0')
 	}
-	disk := fakeQcow2(n<<20, 3)
+	disk := cdt.FakeQcow2(n<<20, 3)
 	dir := t.TempDir()
 	for _, gz := range []bool{true, false} {
-		img := testImage{gzip: gz, layers: [][]byte{layerTar(t, file("disk/disk.qcow2", disk))}}
+		img := cdt.Image{Gzip: gz, Layers: [][]byte{cdt.Layer(t, cdt.File("disk/disk.qcow2", disk))}}
 		archive := filepath.Join(dir, "big.tar")
-		img.ociArchive(t, archive)
+		img.OCIArchive(t, archive)
 		layout := filepath.Join(dir, "layout")
 		os.RemoveAll(layout)
-		img.ociLayout(t, layout, "latest")
+		img.OCILayout(t, layout, "latest")
 		for _, ref := range []string{"oci:" + layout, "oci-archive:" + archive} {
 			r, _ := newResolver(t)
 			start := time.Now()
@@ -307,13 +309,13 @@ func TestContainersStorage(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the host's containers-storage needs root")
 	}
-	disk := fakeQcow2(1<<20+17, 9)
+	disk := cdt.FakeQcow2(1<<20+17, 9)
 	name := fmt.Sprintf("crashloop.test/containerdisk-unit-%d:latest", time.Now().UnixNano())
 	archive := filepath.Join(t.TempDir(), "disk.oci.tar")
-	testImage{gzip: true, layers: [][]byte{
-		layerTar(t, file("etc/os-release", []byte("ID=test\n"))),
-		layerTar(t, file("disk/disk.qcow2", disk)),
-	}}.ociArchive(t, archive, name)
+	cdt.Image{Gzip: true, Layers: [][]byte{
+		cdt.Layer(t, cdt.File("etc/os-release", []byte("ID=test\n"))),
+		cdt.Layer(t, cdt.File("disk/disk.qcow2", disk)),
+	}}.OCIArchive(t, archive, name)
 	if out, err := exec.Command(podman, "load", "-q", "-i", archive).CombinedOutput(); err != nil {
 		t.Fatalf("podman load: %v: %s", err, out)
 	}
@@ -333,7 +335,7 @@ func TestContainersStorage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sha256File(t, first.Path) != sha256Bytes(disk) || first.Cached {
+	if cdt.SHA256File(t, first.Path) != cdt.SHA256(disk) || first.Cached {
 		t.Fatalf("first resolution %+v: wrong content or cached", first)
 	}
 	for _, n := range []string{name, id} {

@@ -1,4 +1,8 @@
-package containerdisk
+// Package containerdisktest makes small container images in tests, without
+// a registry or container tools: layers from a list of tar entries, written
+// as an OCI layout, an oci-archive or a docker-archive, in the shape of a
+// KubeVirt containerDisk (a disk file under /disk/).
+package containerdisktest
 
 import (
 	"archive/tar"
@@ -20,28 +24,31 @@ import (
 	imgspecv1 "github.com/opencontainers/image-spec/specs-go/v1"
 )
 
-// entry is one tar entry of a test layer.
-type entry struct {
-	name string
-	data []byte
-	typ  byte // tar.TypeReg when zero
-	link string
+// Entry is one tar entry of a layer.
+type Entry struct {
+	Name string
+	Data []byte
+	Type byte // tar.TypeReg when zero
+	Link string
 }
 
-func file(name string, data []byte) entry { return entry{name: name, data: data} }
-func dir(name string) entry               { return entry{name: name, typ: tar.TypeDir} }
+// File is a regular file entry.
+func File(name string, data []byte) Entry { return Entry{Name: name, Data: data} }
 
-// layerTar renders entries as an uncompressed layer.
-func layerTar(t testing.TB, entries ...entry) []byte {
+// Dir is a folder entry.
+func Dir(name string) Entry { return Entry{Name: name, Type: tar.TypeDir} }
+
+// Layer renders entries as an uncompressed layer.
+func Layer(t testing.TB, entries ...Entry) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, e := range entries {
-		h := &tar.Header{Name: e.name, Mode: 0o644, Typeflag: e.typ, Linkname: e.link, ModTime: time.Unix(1700000000, 0)}
-		switch e.typ {
+		h := &tar.Header{Name: e.Name, Mode: 0o644, Typeflag: e.Type, Linkname: e.Link, ModTime: time.Unix(1700000000, 0)}
+		switch e.Type {
 		case 0:
 			h.Typeflag = tar.TypeReg
-			h.Size = int64(len(e.data))
+			h.Size = int64(len(e.Data))
 		case tar.TypeDir:
 			h.Mode = 0o755
 		}
@@ -49,7 +56,7 @@ func layerTar(t testing.TB, entries ...entry) []byte {
 			t.Fatal(err)
 		}
 		if h.Typeflag == tar.TypeReg {
-			if _, err := tw.Write(e.data); err != nil {
+			if _, err := tw.Write(e.Data); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -60,7 +67,8 @@ func layerTar(t testing.TB, entries ...entry) []byte {
 	return buf.Bytes()
 }
 
-func gzipped(t testing.TB, b []byte) []byte {
+// Gzip compresses b as gzip.
+func Gzip(t testing.TB, b []byte) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
@@ -73,11 +81,11 @@ func gzipped(t testing.TB, b []byte) []byte {
 	return buf.Bytes()
 }
 
-// testImage is an image made in the test: its layers (uncompressed tars),
+// Image is an image made in a test: its layers (uncompressed tars),
 // written as an OCI layout, an oci-archive or a docker-archive.
-type testImage struct {
-	layers [][]byte
-	gzip   bool // OCI layers gzip-compressed
+type Image struct {
+	Layers [][]byte
+	Gzip   bool // OCI layers gzip-compressed
 }
 
 func writeBlob(t testing.TB, layout string, b []byte) imgspecv1.Descriptor {
@@ -102,25 +110,25 @@ func mustJSON(t testing.TB, v any) []byte {
 	return b
 }
 
-func (img testImage) config(t testing.TB) []byte {
+func (img Image) config(t testing.TB) []byte {
 	cfg := imgspecv1.Image{Platform: imgspecv1.Platform{Architecture: "amd64", OS: "linux"}, RootFS: imgspecv1.RootFS{Type: "layers"}}
-	for _, l := range img.layers {
+	for _, l := range img.Layers {
 		cfg.RootFS.DiffIDs = append(cfg.RootFS.DiffIDs, digest.FromBytes(l))
 	}
 	return mustJSON(t, cfg)
 }
 
-// ociLayout writes the image as an OCI layout tagged tag and returns the
-// folder and the manifest digest.
-func (img testImage) ociLayout(t testing.TB, layout, tag string) digest.Digest {
+// OCILayout writes the image as an OCI layout in folder layout, tagged
+// tag, and returns the manifest digest.
+func (img Image) OCILayout(t testing.TB, layout, tag string) digest.Digest {
 	t.Helper()
 	cfg := writeBlob(t, layout, img.config(t))
 	cfg.MediaType = imgspecv1.MediaTypeImageConfig
 	m := imgspecv1.Manifest{Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: imgspecv1.MediaTypeImageManifest, Config: cfg}
-	for _, l := range img.layers {
+	for _, l := range img.Layers {
 		mt := imgspecv1.MediaTypeImageLayer
-		if img.gzip {
-			l, mt = gzipped(t, l), imgspecv1.MediaTypeImageLayerGzip
+		if img.Gzip {
+			l, mt = Gzip(t, l), imgspecv1.MediaTypeImageLayerGzip
 		}
 		d := writeBlob(t, layout, l)
 		d.MediaType = mt
@@ -158,18 +166,18 @@ func tarFolder(t testing.TB, folder, out string) {
 	}
 }
 
-// ociArchive writes the image as an oci-archive file, tagged tag ("latest"
-// when empty).
-func (img testImage) ociArchive(t testing.TB, out string, tag ...string) {
+// OCIArchive writes the image as an oci-archive file, tagged tag ("latest"
+// when not given).
+func (img Image) OCIArchive(t testing.TB, out string, tag ...string) {
 	t.Helper()
 	layout := t.TempDir()
-	img.ociLayout(t, layout, append(tag, "latest")[0])
+	img.OCILayout(t, layout, append(tag, "latest")[0])
 	tarFolder(t, layout, out)
 }
 
-// dockerArchive writes the image as a docker-archive file (docker save's
+// DockerArchive writes the image as a docker-archive file (docker save's
 // format: manifest.json, the config and one layer.tar per layer).
-func (img testImage) dockerArchive(t testing.TB, out, tag string) {
+func (img Image) DockerArchive(t testing.TB, out, tag string) {
 	t.Helper()
 	folder := t.TempDir()
 	cfg := img.config(t)
@@ -181,7 +189,7 @@ func (img testImage) dockerArchive(t testing.TB, out, tag string) {
 		Layers   []string
 	}
 	m := item{Config: cfgName, RepoTags: []string{tag}}
-	for _, l := range img.layers {
+	for _, l := range img.Layers {
 		name := digest.FromBytes(l).Encoded() + "/layer.tar"
 		os.MkdirAll(filepath.Join(folder, filepath.Dir(name)), 0o755)
 		os.WriteFile(filepath.Join(folder, name), l, 0o644)
@@ -191,9 +199,10 @@ func (img testImage) dockerArchive(t testing.TB, out, tag string) {
 	tarFolder(t, folder, out)
 }
 
-// fakeQcow2 is n bytes that start like a qcow2 image, with data that
-// differs from run to run of the generator seed.
-func fakeQcow2(n int, seed byte) []byte {
+// FakeQcow2 is n bytes that start with the qcow2 magic, half data (a
+// function of seed) and half zero blocks: content for the resolver, not a
+// disk QEMU can open.
+func FakeQcow2(n int, seed byte) []byte {
 	b := make([]byte, n)
 	copy(b, "QFI\xfb")
 	x := uint32(seed) + 1
@@ -208,7 +217,8 @@ func fakeQcow2(n int, seed byte) []byte {
 	return b
 }
 
-func sha256File(t testing.TB, p string) string {
+// SHA256File is the hex sha256 of a file.
+func SHA256File(t testing.TB, p string) string {
 	t.Helper()
 	f, err := os.Open(p)
 	if err != nil {
@@ -222,13 +232,14 @@ func sha256File(t testing.TB, p string) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-func sha256Bytes(b []byte) string {
+// SHA256 is the hex sha256 of b.
+func SHA256(b []byte) string {
 	s := sha256.Sum256(b)
 	return hex.EncodeToString(s[:])
 }
 
-// noLeftovers fails when the cache holds extraction folders.
-func noLeftovers(t testing.TB, cache string) {
+// NoLeftovers fails the test when the cache holds extraction folders.
+func NoLeftovers(t testing.TB, cache string) {
 	t.Helper()
 	filepath.WalkDir(cache, func(p string, d fs.DirEntry, err error) error {
 		if err == nil && strings.HasPrefix(d.Name(), ".extract-") {
