@@ -9,8 +9,10 @@ BIN := $(BUILD)/bin
 # virt-controller and virt-api), each built in its own module under tools/.
 CLUSTERLITE_BIN := $(BUILD)/clusterlite/bin
 IMAGES := $(BUILD)/images
+# libbtrfs-dev: headers only, for containers/storage's btrfs driver that
+# pkg/containerdisk links (no library is linked, and no build tag is needed).
 DEB_PACKAGES := qemu-system-x86 qemu-utils libvirt-daemon libvirt-daemon-driver-qemu libvirt-daemon-system \
-	libvirt-clients libvirt-dev busybox-static cpio pkg-config iproute2 xorriso ovmf
+	libvirt-clients libvirt-dev libbtrfs-dev busybox-static cpio pkg-config iproute2 xorriso ovmf
 # the launcher image's tools (make image only): container tools and debootstrap
 IMAGE_DEB_PACKAGES := buildah podman skopeo runc slirp4netns uidmap catatonit debootstrap
 FUZZTIME ?= 20s

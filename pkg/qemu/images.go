@@ -21,6 +21,8 @@ const ImageIndexFile = "images.json"
 type ImageStore struct {
 	dir   string
 	index map[string]string
+	// disks reads the images that are not folders (containerdisk.go).
+	disks containerDisks
 }
 
 // OpenImageStore reads the index of an image folder.
@@ -62,6 +64,9 @@ func (s *ImageStore) Root(ref string) (string, error) {
 
 // File resolves a path inside an image. The path must stay inside the image.
 func (s *ImageStore) File(ref, inImage string) (string, error) {
+	if p, ok, err := s.fromImage(ref, inImage, false); ok {
+		return p, err
+	}
 	root, err := s.Root(ref)
 	if err != nil {
 		return "", err
@@ -77,6 +82,9 @@ func (s *ImageStore) File(ref, inImage string) (string, error) {
 // Disk resolves a containerDisk: the file at path when given, otherwise the
 // single file under /disk of the image (KubeVirt's containerDisk convention).
 func (s *ImageStore) Disk(ref, path string) (string, error) {
+	if p, ok, err := s.fromImage(ref, path, true); ok {
+		return p, err
+	}
 	if path != "" {
 		return s.File(ref, path)
 	}
