@@ -11,10 +11,16 @@ CLUSTERLITE_BIN := $(BUILD)/clusterlite/bin
 IMAGES := $(BUILD)/images
 DEB_PACKAGES := qemu-system-x86 qemu-utils libvirt-daemon libvirt-daemon-driver-qemu libvirt-daemon-system \
 	libvirt-clients libvirt-dev busybox-static cpio pkg-config iproute2
+# What the image builds need beyond DEB_PACKAGES: jq writes images.json; the
+# cloud guest is debootstrapped, its disk assembled from files (ext4, FAT with
+# mtools, GPT with sfdisk, GRUB for BIOS and EFI) and packed by buildah.
+GUEST_DEB_PACKAGES := jq
+CLOUD_GUEST_DEB_PACKAGES := jq debootstrap e2fsprogs dosfstools mtools fdisk grub-common grub-pc-bin \
+	grub-efi-amd64-bin qemu-utils buildah
 FUZZTIME ?= 20s
 FUNCTEST_FLAGS ?=
 
-.PHONY: all deps images build clusterlite cluster-up run run-launcher test unit functest fuzz lint bench clean
+.PHONY: all deps images guest-image cloud-image build clusterlite cluster-up run run-launcher test unit functest fuzz lint bench clean
 
 all: build
 
@@ -27,9 +33,18 @@ deps:
 			-o Dpkg::Options::=--force-confnew $$missing >/dev/null; \
 	fi
 
-## images: build the test guest (Debian kernel + busybox initramfs) into _build/images
-images: deps
+## images: both guests into _build/images (each reused when its recipe is unchanged)
+images: guest-image cloud-image
+
+## guest-image: the test guest (Debian kernel + busybox initramfs), seconds
+guest-image: deps
+	@$(MAKE) --no-print-directory deps DEB_PACKAGES="$(GUEST_DEB_PACKAGES)"
 	@images/guest/build.sh $(IMAGES)
+
+## cloud-image: the cloud guest (Debian 12, cloud-init, BIOS+EFI) as a KubeVirt containerDisk OCI archive, minutes cold
+cloud-image: deps
+	@$(MAKE) --no-print-directory deps DEB_PACKAGES="$(CLOUD_GUEST_DEB_PACKAGES)"
+	@images/cloud-guest/build.sh $(IMAGES)
 
 ## build: the binaries, into _build/bin
 build: deps
@@ -44,11 +59,11 @@ cluster-up: build images clusterlite
 	$(BIN)/clusterlite up
 
 ## run: the main job: a real VM through a crash loop (3 real QEMU start failures) and its recovery
-run: build images
+run: build guest-image
 	examples/demo.sh
 
 ## run-launcher: boot the example VMI through virt-launcher and show its phases
-run-launcher: build images
+run-launcher: build guest-image
 	$(BIN)/virt-launcher --event-format text --log-level warn examples/vmi-testguest.yaml
 
 ## test: unit tests, a short fuzz run, lint, and the functional suites on real VMs
