@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the image builds (images/*/build.sh): one way to write images.json.
 #
 # index_set FILE REF VALUE adds or replaces the entry REF of the image index

@@ -141,8 +141,8 @@ search --no-floppy --fs-uuid --set=root $uuid
 set prefix=(\$root)/boot/grub
 configfile (\$root)/boot/grub/grub.cfg
 EOF
-mods="part_gpt part_msdos ext2 search search_fs_uuid normal configfile linux boot serial terminal echo test gzio"
-grub-mkimage -O x86_64-efi -p /boot/grub -c "$work/early.cfg" -o "$work/BOOTX64.EFI" $mods efi_gop
+mods=(part_gpt part_msdos ext2 search search_fs_uuid normal configfile linux boot serial terminal echo test gzio)
+grub-mkimage -O x86_64-efi -p /boot/grub -c "$work/early.cfg" -o "$work/BOOTX64.EFI" "${mods[@]}" efi_gop
 mkfs.vfat -n ESP -C "$work/esp.vfat" $((16 * 1024)) >/dev/null
 mmd -i "$work/esp.vfat" ::/EFI ::/EFI/BOOT
 mcopy -i "$work/esp.vfat" "$work/BOOTX64.EFI" ::/EFI/BOOT/BOOTX64.EFI
@@ -152,7 +152,7 @@ dd if="$work/esp.vfat" of="$disk" bs=1M seek=2 conv=notrunc status=none
 # written by hand because it wants a block device. boot.img's code goes in the
 # MBR (the protective partition table stays), pointing at core.img's first
 # sector; core.img's first sector (diskboot) lists where the rest lies.
-grub-mkimage -O i386-pc -p /boot/grub -c "$work/early.cfg" -o "$work/core.img" $mods biosdisk
+grub-mkimage -O i386-pc -p /boot/grub -c "$work/early.cfg" -o "$work/core.img" "${mods[@]}" biosdisk
 core_lba=2048
 core_sectors=$((($(stat -c %s "$work/core.img") + 511) / 512))
 ((core_sectors <= 2048)) || { echo "build.sh: core.img ($core_sectors sectors) does not fit the BIOS boot partition" >&2; exit 1; }
@@ -189,7 +189,7 @@ blob() { tar -xOf "$work/$name.oci.tar" "blobs/sha256/${1#sha256:}"; }
 manifest=$(tar -xOf "$work/$name.oci.tar" index.json | jq -r '.manifests[0].digest')
 read -r layer media < <(blob "$manifest" | jq -r '.layers[0] | "\(.digest) \(.mediaType)"')
 case $media in
-*.tar) unpack=cat ;;
+*.tar) unpack="cat" ;;
 *.tar+gzip) unpack="gzip -dc" ;;
 *.tar+zstd) unpack="zstd -dc" ;;
 *) echo "build.sh: unexpected layer type $media in the archive" >&2; exit 1 ;;
@@ -200,7 +200,7 @@ cmp -s "$work/$name/disk/disk.qcow2" "$work/disk.qcow2" || { echo "build.sh: the
 chmod 644 "$work/$name/disk/disk.qcow2"
 echo "$recipe" >"$work/$name/recipe.sha256"
 
-rm -rf "$out/$name" "$out/$name.oci.tar"
+rm -rf "${out:?}/$name" "$out/$name.oci.tar"
 mv "$work/$name.oci.tar" "$out/$name.oci.tar"
 mv "$work/$name" "$out/$name"
 index_set "$out/images.json" "$ref" "$value"
