@@ -15,10 +15,16 @@ DEB_PACKAGES := qemu-system-x86 qemu-utils libvirt-daemon libvirt-daemon-driver-
 	libvirt-clients libvirt-dev libbtrfs-dev busybox-static cpio pkg-config iproute2 xorriso ovmf
 # the launcher image's tools (make image only): container tools and debootstrap
 IMAGE_DEB_PACKAGES := buildah podman skopeo runc slirp4netns uidmap catatonit debootstrap
+# What the image builds need beyond DEB_PACKAGES: jq writes images.json; the
+# cloud guest is debootstrapped, its disk assembled from files (ext4, FAT with
+# mtools, GPT with sfdisk, GRUB for BIOS and EFI) and packed by buildah.
+GUEST_DEB_PACKAGES := jq
+CLOUD_GUEST_DEB_PACKAGES := jq debootstrap e2fsprogs dosfstools mtools fdisk grub-common grub-pc-bin \
+	grub-efi-amd64-bin qemu-utils buildah
 FUZZTIME ?= 20s
 FUNCTEST_FLAGS ?=
 
-.PHONY: all deps image-deps image images build clusterlite cluster-up run run-launcher test unit functest fuzz lint bench clean
+.PHONY: all deps image-deps image images guest-image cloud-image build clusterlite cluster-up run run-launcher test unit functest fuzz lint bench clean
 
 all: build
 
@@ -32,22 +38,26 @@ deps:
 	fi
 
 ## image-deps: install the container tools that `make image` needs, when missing
-image-deps:
-	@missing=$$(for p in $(IMAGE_DEB_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
-	if [ -n "$$missing" ]; then \
-		echo "installing:" $$missing; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-			-o Dpkg::Options::=--force-confnew $$missing >/dev/null; \
-	fi
+image-deps: deps
+	@$(MAKE) --no-print-directory deps DEB_PACKAGES="$(IMAGE_DEB_PACKAGES)"
 
 ## image: the virt-launcher container image localhost/crashloop/virt-launcher:latest (buildah, Debian
 ## packages only, the binary from `make build`); reused when its inputs did not change
 image: image-deps build
 	images/launcher/build.sh $(BIN) $(BUILD)
 
-## images: build the test guest (Debian kernel + busybox initramfs) into _build/images
-images: deps
+## images: both guests into _build/images (each reused when its recipe is unchanged)
+images: guest-image cloud-image
+
+## guest-image: the test guest (Debian kernel + busybox initramfs), seconds
+guest-image: deps
+	@$(MAKE) --no-print-directory deps DEB_PACKAGES="$(GUEST_DEB_PACKAGES)"
 	@images/guest/build.sh $(IMAGES)
+
+## cloud-image: the cloud guest (Debian 12, cloud-init, BIOS+EFI) as a KubeVirt containerDisk OCI archive, minutes cold
+cloud-image: deps
+	@$(MAKE) --no-print-directory deps DEB_PACKAGES="$(CLOUD_GUEST_DEB_PACKAGES)"
+	@images/cloud-guest/build.sh $(IMAGES)
 
 ## build: the binaries, into _build/bin
 build: deps
@@ -62,11 +72,11 @@ cluster-up: build images clusterlite
 	$(BIN)/clusterlite up
 
 ## run: the main job: a real VM through a crash loop (3 real QEMU start failures) and its recovery
-run: build images
+run: build guest-image
 	examples/demo.sh
 
 ## run-launcher: boot the example VMI through virt-launcher and show its phases
-run-launcher: build images
+run-launcher: build guest-image
 	$(BIN)/virt-launcher --event-format text --log-level warn examples/vmi-testguest.yaml
 
 ## test: unit tests, a short fuzz run, lint, and the functional suites on real VMs

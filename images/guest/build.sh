@@ -5,20 +5,27 @@
 #   OUT/test-guest/boot/vmlinuz          Debian's linux-image kernel
 #   OUT/test-guest/boot/initrd.img       busybox initramfs with our /init
 #   OUT/test-guest/disk/disk.img         a 4 MiB raw disk for disk faults
-# A complete OUT is reused as it is; delete it to rebuild.
+# A complete OUT/test-guest is reused as it is; delete it to rebuild. Only
+# OUT/test-guest and this entry of images.json are written: other images in
+# OUT (the cloud guest) are kept.
 set -euo pipefail
 out=${1:?usage: build.sh OUT_DIR}
 here=$(cd "$(dirname "$0")" && pwd)
 ref=${GUEST_REF:-localhost/crashloop/test-guest:latest}
 
-if [[ -f "$out/images.json" && -f "$out/test-guest/boot/vmlinuz" && -f "$out/test-guest/boot/initrd.img" \
+# shellcheck source=../index.sh
+. "$here/../index.sh"
+
+if [[ -f "$out/test-guest/boot/vmlinuz" && -f "$out/test-guest/boot/initrd.img" \
 	&& "$out/test-guest/boot/initrd.img" -nt "$here/init" ]]; then
-	echo "guest image: reusing $out"
+	index_set "$out/images.json" "$ref" test-guest
+	echo "guest image: reusing $out/test-guest"
 	exit 0
 fi
 
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+tmp="$out.tmp.$$"
+trap 'rm -rf "$work" "$tmp"' EXIT
 kpkg=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
 [[ -n "$kpkg" ]] || { echo "build.sh: cannot find the kernel package behind linux-image-amd64 (run apt-get update)" >&2; exit 1; }
 echo "guest image: fetching $kpkg"
@@ -40,15 +47,15 @@ for m in drivers/virtio/virtio.ko drivers/virtio/virtio_ring.ko drivers/virtio/v
 	cp "$src" "$work/root/lib/modules/"
 done
 
-tmp="$out.tmp.$$"
 rm -rf "$tmp"
 mkdir -p "$tmp/test-guest/boot" "$tmp/test-guest/disk"
 cp "$work/k/boot/vmlinuz-$kver" "$tmp/test-guest/boot/vmlinuz"
 (cd "$work/root" && find . | cpio -o -H newc --quiet | gzip -9) > "$tmp/test-guest/boot/initrd.img"
 # A disk whose content is known: 4 MiB of a repeating pattern.
 { yes 'crashloop test disk' || true; } | head -c 4194304 > "$tmp/test-guest/disk/disk.img"
-printf '{\n  "%s": "test-guest"\n}\n' "$ref" > "$tmp/images.json"
-rm -rf "$out"
-mkdir -p "$(dirname "$out")"
-mv "$tmp" "$out"
+mkdir -p "$out"
+rm -rf "$out/test-guest"
+mv "$tmp/test-guest" "$out/test-guest"
+rmdir "$tmp"
+index_set "$out/images.json" "$ref" test-guest
 echo "guest image: built $out ($ref, kernel $kver)"
