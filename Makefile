@@ -13,6 +13,9 @@ DEB_PACKAGES := qemu-system-x86 qemu-utils libvirt-daemon libvirt-daemon-driver-
 	libvirt-clients libvirt-dev busybox-static cpio pkg-config iproute2
 FUZZTIME ?= 20s
 FUNCTEST_FLAGS ?=
+# make clusterlite KUBEVIRT_VERSION=vX.Y.Z or KUBEVIRT_SRC=DIR builds another KubeVirt (tools/clusterlite/build.sh).
+KUBEVIRT_VERSION ?=
+KUBEVIRT_SRC ?=
 
 .PHONY: all deps images build clusterlite cluster-up run run-launcher test unit functest fuzz lint bench clean
 
@@ -35,9 +38,11 @@ images: deps
 build: deps
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-## clusterlite: build etcd, kube-apiserver and KubeVirt's virt-controller/virt-api from Go modules (tools/clusterlite)
+## clusterlite: build etcd, kube-apiserver and KubeVirt's virt-controller/virt-api from Go modules (tools/clusterlite);
+##   KUBEVIRT_VERSION=vX.Y.Z: another KubeVirt release, into _build/clusterlite/kubevirt-vX.Y.Z/bin;
+##   KUBEVIRT_SRC=DIR: a local KubeVirt checkout, into _build/clusterlite/kubevirt-src/bin
 clusterlite: deps
-	tools/clusterlite/build.sh $(CLUSTERLITE_BIN)
+	KUBEVIRT_VERSION='$(KUBEVIRT_VERSION)' KUBEVIRT_SRC='$(KUBEVIRT_SRC)' tools/clusterlite/build.sh $(CLUSTERLITE_BIN)
 
 ## cluster-up: a one-node KubeVirt on loopback in the foreground (Ctrl-C tears it down); prints KUBECONFIG=
 cluster-up: build images clusterlite
