@@ -170,7 +170,7 @@ while IFS='|' read -r old oldv new newv; do
 	if [[ $new == ./* || $new == ../* ]]; then
 		case $old in
 		kubevirt.io/api | kubevirt.io/client-go) ;;
-		*) [[ -n $upstream_root ]] || die "kubevirt.io/kubevirt@$version replaces $old with the local path $new" ;;
+		*) [[ -n $upstream_root ]] || die "kubevirt.io/kubevirt@$version replaces $old with its local folder $new, which the module proxy does not ship; build a checkout of the tag with KUBEVIRT_SRC=DIR instead" ;;
 		esac
 		[[ -n $upstream_root ]] || continue
 		new=$upstream_root/${new#./}
