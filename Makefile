@@ -23,6 +23,9 @@ CLOUD_GUEST_DEB_PACKAGES := jq debootstrap e2fsprogs dosfstools mtools fdisk gru
 	grub-efi-amd64-bin qemu-utils buildah
 FUZZTIME ?= 20s
 FUNCTEST_FLAGS ?=
+# make clusterlite KUBEVIRT_VERSION=vX.Y.Z or KUBEVIRT_SRC=DIR builds another KubeVirt (tools/clusterlite/build.sh).
+KUBEVIRT_VERSION ?=
+KUBEVIRT_SRC ?=
 
 .PHONY: all deps image-deps image images guest-image cloud-image build clusterlite cluster-up run run-launcher test unit functest fuzz lint bench clean
 
@@ -63,9 +66,11 @@ cloud-image: deps
 build: deps
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-## clusterlite: build etcd, kube-apiserver and KubeVirt's virt-controller/virt-api from Go modules (tools/clusterlite)
+## clusterlite: build etcd, kube-apiserver and KubeVirt's virt-controller/virt-api from Go modules (tools/clusterlite);
+##   KUBEVIRT_VERSION=vX.Y.Z: another KubeVirt release, into _build/clusterlite/kubevirt-vX.Y.Z/bin;
+##   KUBEVIRT_SRC=DIR: a local KubeVirt checkout, into _build/clusterlite/kubevirt-src/bin
 clusterlite: deps
-	tools/clusterlite/build.sh $(CLUSTERLITE_BIN)
+	KUBEVIRT_VERSION='$(KUBEVIRT_VERSION)' KUBEVIRT_SRC='$(KUBEVIRT_SRC)' tools/clusterlite/build.sh $(CLUSTERLITE_BIN)
 
 ## cluster-up: a one-node KubeVirt on loopback in the foreground (Ctrl-C tears it down); prints KUBECONFIG=
 cluster-up: build images clusterlite

@@ -20,8 +20,11 @@ import (
 )
 
 // KubeVirtVersion is the KubeVirt release these manifests and the linked
-// binaries come from; it is recorded in the KubeVirt CR's status.
-const KubeVirtVersion = "v1.6.0"
+// binaries come from; it is recorded in the KubeVirt CR's status. It is a
+// variable so that tools/clusterlite/build.sh can set it (-ldflags -X) when
+// it builds another release or a local checkout (KUBEVIRT_VERSION,
+// KUBEVIRT_SRC); the committed module is v1.6.0.
+var KubeVirtVersion = "v1.6.0"
 
 // deploymentID is the install-strategy ID written as both observed and
 // target deployment ID; virt-controller's workload updater only compares
