@@ -17,6 +17,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/crashloop-harness/crashloop/pkg/backoff"
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 )
 
 // Snapshot is a consistent copy of one VM's state for status queries and
@@ -155,7 +156,7 @@ func (w *worker) resume() {
 		return
 	}
 	alive := ref.Alive()
-	w.note(Event{Event: "Adopted", PID: ref.PID, VMIUID: string(ref.UID),
+	w.note(Event{Event: EventAdopted, PID: ref.PID, VMIUID: string(ref.UID),
 		Message: fmt.Sprintf("launcher from a previous controller run, alive=%v", alive)})
 	go watchLauncher(w.watchCtx, w.c.clock, w.c.cfg.Launcher.poll(), *ref, nil, w.send)
 }
@@ -307,18 +308,18 @@ func (w *worker) start(now, planned time.Time) bool {
 		Seed: launcherSeed(cfg.Seed, w.key, attempt), QEMUTimeout: w.qemuTimeout(),
 		GracePeriod: w.gracePeriod(), Now: now,
 	}
-	w.lastDir = req.Dir
-	ev := Event{Event: "Started", Attempt: attempt, VMIUID: string(uid), QEMUTimeout: req.QEMUTimeout.String()}
+	w.lastDir = string(req.Dir)
+	ev := Event{Event: EventStarted, Attempt: attempt, VMIUID: string(uid), QEMUTimeout: req.QEMUTimeout.String()}
 	if !planned.IsZero() {
 		late := now.Sub(planned).Nanoseconds()
 		ev.PlannedAt, ev.LatenessNs = &planned, &late
 	}
-	ref, cmd, err := startLauncher(cfg.Launcher, req)
+	ref, proc, err := startLauncher(cfg.Launcher, req)
 	if err != nil {
 		setPhase(vmi, v1.Failed, now)
 		vmi.Status.Reason = "LauncherStartFailed"
 		setReady(vmi, false, "LauncherStartFailed", err.Error(), now)
-		ev.Event, ev.Reason, ev.Message = "Exited", "LauncherStartFailed", err.Error()
+		ev.Event, ev.Reason, ev.Message = EventExited, "LauncherStartFailed", err.Error()
 		w.note(ev)
 		w.log.Error("starting launcher", "err", err)
 		return true
@@ -326,19 +327,15 @@ func (w *worker) start(now, planned time.Time) bool {
 	w.rec.Launcher = ref
 	ev.PID = ref.PID
 	w.note(ev)
-	go watchLauncher(w.watchCtx, w.c.clock, cfg.Launcher.poll(), *ref, cmd, w.send)
+	go watchLauncher(w.watchCtx, w.c.clock, cfg.Launcher.poll(), *ref, proc, w.send)
 	return false
 }
 
-// qemuTimeout draws KubeVirt's jittered start timeout: base plus a whole
-// number of seconds in [0, jitter), both scaled.
+// qemuTimeout draws KubeVirt's jittered start timeout from the VM's random
+// source (base plus a whole number of seconds in [0, jitter)), then
+// scales it.
 func (w *worker) qemuTimeout() time.Duration {
-	cfg := w.c.cfg
-	d := cfg.QEMUTimeout
-	if js := int(cfg.QEMUTimeoutJitter / time.Second); js > 0 {
-		d += time.Duration(w.rnd.IntN(js)) * time.Second
-	}
-	return cfg.Policy.Scaled(d)
+	return w.c.cfg.Policy.Scaled(w.c.cfg.StartTimeout.Draw(w.rnd))
 }
 
 func (w *worker) gracePeriod() time.Duration {
@@ -401,14 +398,14 @@ func (w *worker) apply(up launcherUpdate) {
 	w.expect.StopPending = false
 	if !vmi.IsFinal() {
 		msg := fmt.Sprintf("virt-launcher %s before reporting a final phase", up.exitDesc)
-		if t := tail(LauncherRef{Dir: w.lastDir}.LogPath(), 300); t != "" {
-			msg += ": ..." + lastLine(t)
+		if l := lastLogLine(launcherapi.Dir(w.lastDir)); l != "" {
+			msg += ": ..." + l
 		}
 		setPhase(vmi, v1.Failed, now)
 		vmi.Status.Reason = "LauncherCrashed"
 		setReady(vmi, false, "LauncherCrashed", msg, now)
 	}
-	ev := Event{Event: "Exited", Attempt: w.rec.Attempt, VMIUID: string(vmi.UID), Reason: vmi.Status.Reason, Message: up.exitDesc}
+	ev := Event{Event: EventExited, Attempt: w.rec.Attempt, VMIUID: string(vmi.UID), Reason: vmi.Status.Reason, Message: up.exitDesc}
 	if up.exitCode >= 0 {
 		code := up.exitCode
 		ev.ExitCode = &code
@@ -416,45 +413,45 @@ func (w *worker) apply(up launcherUpdate) {
 	w.note(ev)
 }
 
-func (w *worker) applyEvent(vmi *v1.VirtualMachineInstance, ev LauncherEvent, now time.Time) {
+func (w *worker) applyEvent(vmi *v1.VirtualMachineInstance, ev launcherapi.Event, now time.Time) {
 	final := vmi.IsFinal()
 	switch ev.Event {
-	case EventScheduled:
+	case launcherapi.EventScheduled:
 		if !final {
 			setPhase(vmi, v1.Scheduled, now)
 		}
-	case EventRunning:
+	case launcherapi.EventRunning:
 		if !final {
 			setPhase(vmi, v1.Running, now)
 		}
-	case EventGuestReady:
+	case launcherapi.EventGuestReady:
 		if !final {
 			setReady(vmi, true, "GuestReady", ev.Message, now)
 		}
-	case EventSucceeded, EventFailed:
+	case launcherapi.EventSucceeded, launcherapi.EventFailed:
 		if !final {
 			setPhase(vmi, v1.VirtualMachineInstancePhase(ev.Event), now)
 			vmi.Status.Reason = ev.Reason
 			setReady(vmi, false, ev.Reason, ev.Message, now)
 		}
 	}
-	w.note(Event{Event: ev.Event, Attempt: w.rec.Attempt, VMIUID: string(vmi.UID), Reason: ev.Reason, Message: ev.Message, ExitCode: ev.ExitCode})
+	w.note(Event{Event: EventKind(ev.Event), Attempt: w.rec.Attempt, VMIUID: string(vmi.UID), Reason: ev.Reason, Message: ev.Message, ExitCode: ev.ExitCode})
 }
 
 func (w *worker) noteChange(ch backoff.Change) {
 	switch {
 	case ch.Counted:
 		w.rec.Delay, w.rec.ScaledDelay = ch.Delay, ch.ScaledDelay
-		ev := Event{Event: "BackoffPlanned", Reason: ch.Reason, Delay: ch.Delay.String(),
+		ev := Event{Event: EventBackoffPlanned, Reason: ch.Reason, Delay: ch.Delay.String(),
 			ScaledDelay: ch.ScaledDelay.String(), ScaledDelayNs: ch.ScaledDelay.Nanoseconds()}
 		if ch.GaveUp {
-			ev.Event = "GaveUp"
+			ev.Event = EventGaveUp
 			ev.Delay, ev.ScaledDelay, ev.ScaledDelayNs = "", "", 0
 		}
 		w.note(ev)
 	case ch.Cleared:
 		w.rec.Delay, w.rec.ScaledDelay = 0, 0
-		w.note(Event{Event: "RecordCleared", Reason: ch.Reason})
+		w.note(Event{Event: EventRecordCleared, Reason: ch.Reason})
 	}
 }
 
@@ -521,7 +518,7 @@ func (w *worker) manualStop() (string, error) {
 	if live == nil {
 		msg = fmt.Sprintf("VM %s stopped (no live VMI); start-failure record cleared", w.key)
 	}
-	w.note(Event{Event: "StopRequested", Message: msg})
+	w.note(Event{Event: EventStopRequested, Message: msg})
 	return msg, nil
 }
 
@@ -542,7 +539,7 @@ func (w *worker) manualStart() (string, error) {
 		w.request(v1.StartRequest, nil)
 	}
 	msg := fmt.Sprintf("VM %s starting; start-failure record cleared", w.key)
-	w.note(Event{Event: "StartRequested", Message: msg})
+	w.note(Event{Event: EventStartRequested, Message: msg})
 	return msg, nil
 }
 
@@ -562,7 +559,7 @@ func (w *worker) manualRestart() (string, error) {
 	}
 	w.request(v1.StartRequest, nil)
 	msg := fmt.Sprintf("VM %s restarting; start-failure record cleared", w.key)
-	w.note(Event{Event: "RestartRequested", Message: msg})
+	w.note(Event{Event: EventRestartRequested, Message: msg})
 	return msg, nil
 }
 
@@ -579,7 +576,7 @@ func (w *worker) applyManifest(m *Manifest) string {
 	vm.UID, vm.CreationTimestamp, vm.Generation = old.UID, old.CreationTimestamp, old.Generation+1
 	w.rec.VM, w.rec.ManifestDigest = vm, m.Digest
 	msg := fmt.Sprintf("spec reloaded from %s (generation %d)", m.Source(), vm.Generation)
-	w.note(Event{Event: "ManifestChanged", Message: msg})
+	w.note(Event{Event: EventManifestChanged, Message: msg})
 	return msg
 }
 
@@ -606,7 +603,7 @@ func (w *worker) persist() {
 	}
 	if err != nil {
 		w.log.Error("persisting VM state", "err", err)
-		w.note(Event{Event: "Error", Message: err.Error()})
+		w.note(Event{Event: EventError, Message: err.Error()})
 		return
 	}
 	w.saved = data
@@ -731,7 +728,7 @@ func (w *worker) shutdown() {
 			w.arm(w.killAt, w.c.clock.Now())
 		}
 	}
-	w.note(Event{Event: "StoppedForShutdown", Message: "VMI stopped because the controller is shutting down"})
+	w.note(Event{Event: EventStoppedForShutdown, Message: "VMI stopped because the controller is shutting down"})
 	w.rec.VMI = nil
 	w.expect = backoff.Expectations{}
 	w.updateStatus()
@@ -742,20 +739,6 @@ func earliest(a, b time.Time) time.Time {
 		return b
 	}
 	return a
-}
-
-func lastLine(s string) string {
-	for len(s) > 0 {
-		i := bytes.LastIndexByte([]byte(s), '\n')
-		if i < 0 {
-			return s
-		}
-		if line := s[i+1:]; len(bytes.TrimSpace([]byte(line))) > 0 {
-			return line
-		}
-		s = s[:i]
-	}
-	return s
 }
 
 // errNotFound marks an unknown VM name.
