@@ -98,7 +98,12 @@ var _ = Describe("scenario 3: QEMU start timeout", Label("qemu-timeout"), Serial
 
 	It("catches a launcher that ignores the drawn window (negative control: --launcher-arg=--qemu-timeout=1s)", Label("negative-control"), func() {
 		w := newWorkspace()
-		p := w.run(3, []string{"--time-scale", fast, "--launcher-arg=--qemu-timeout=1s"},
+		// The launcher's own flags, from the contract: a fixed 1 s timeout.
+		var ignore []string
+		for _, f := range (launcherapi.Args{StartTimeout: launcherapi.FixedStartTimeout(time.Second)}).Build() {
+			ignore = append(ignore, "--launcher-arg="+f)
+		}
+		p := w.run(3, append([]string{"--time-scale", fast}, ignore...),
 			w.write(vm{name: "hang", faults: map[string]string{"qemu-hang": ""}}))
 		Eventually(func() int { return len(p.Events(controller.EventBackoffPlanned, "hang")) }, 60*time.Second, 50*time.Millisecond).Should(BeNumerically(">=", 1))
 		p.Terminate()
