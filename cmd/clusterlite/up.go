@@ -23,6 +23,7 @@ import (
 
 	"github.com/crashloop-harness/crashloop/pkg/clusterlite"
 	"github.com/crashloop-harness/crashloop/pkg/nodeagent"
+	"github.com/crashloop-harness/crashloop/pkg/spawn"
 )
 
 // KubeVirt's components are told apart by user name: the VMI mutating
@@ -309,21 +310,24 @@ func addLoopbackAddress(ip net.IP) (func() error, error) {
 	}, nil
 }
 
-// runLogged runs a command to completion with its output in logPath.
+// runLogged runs a command to completion with its output in logPath; it
+// is stopped (SIGTERM, then SIGKILL after 10 s) when ctx ends first.
 func runLogged(ctx context.Context, logPath, bin string, args ...string) error {
-	f, err := os.Create(logPath)
+	p, err := spawn.Start(spawn.Spec{Path: bin, Args: args, StdoutFile: logPath, StderrFile: logPath, Truncate: true})
 	if err != nil {
-		return fmt.Errorf("creating %s: %w", logPath, err)
+		return err
 	}
-	defer f.Close()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Run(); err != nil {
-		b, _ := os.ReadFile(logPath)
-		if len(b) > 2000 {
-			b = b[len(b)-2000:]
+	select {
+	case <-p.Done():
+	case <-ctx.Done():
+		if _, err := p.Stop(context.Background(), 10*time.Second); err != nil {
+			return fmt.Errorf("%s: %w", filepath.Base(bin), err)
 		}
-		return fmt.Errorf("%s: %w\n%s", filepath.Base(bin), err, b)
+		return fmt.Errorf("%s: %w", filepath.Base(bin), ctx.Err())
+	}
+	if e := p.Exit(); !e.Success() {
+		lines, _ := spawn.Tail(logPath, 30)
+		return fmt.Errorf("%s: %v\n%s", filepath.Base(bin), e, strings.Join(lines, "\n"))
 	}
 	return nil
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/crashloop-harness/crashloop/pkg/backoff"
 	"github.com/crashloop-harness/crashloop/pkg/controller"
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 )
 
 // runFlags are the flags of "virt-controller run".
@@ -27,7 +28,7 @@ type runFlags struct {
 	stateDir, launcher, output, preset, logLevel string
 	launcherArgs                                 []string
 	timeScale                                    float64
-	seed                                         uint64
+	seed                                         launcherapi.Seed
 	maxDelay, giveUpWindow, countRunningWithin   time.Duration
 	qemuTimeout, qemuJitter, watchInterval       time.Duration
 	giveUpAfter, launcherNice, launcherWeight    int
@@ -44,14 +45,14 @@ func runController(args []string) error {
 	fs.StringArrayVar(&f.launcherArgs, "launcher-arg", nil, "extra flag for every virt-launcher, e.g. --launcher-arg=--image-dir=DIR (repeatable)")
 	fs.StringVarP(&f.output, "output", "o", "auto", "auto (live view on a terminal, JSON lines otherwise), live, json, or text (one readable line per event)")
 	fs.Float64Var(&f.timeScale, "time-scale", 1, "multiply every controller-side duration (backoff, QEMU timeout, grace period) by this")
-	fs.Uint64Var(&f.seed, "seed", 0, "seed for every random draw (0: pick one and print it)")
+	fs.Var(&f.seed, "seed", "seed for every random draw (0: pick one and print it)")
 	fs.StringVar(&f.preset, "backoff", "kubevirt", "backoff preset: "+strings.Join(backoff.PresetNames(), ", "))
 	fs.DurationVar(&f.maxDelay, "max-delay", backoff.DefaultMaxDelay, "cap of the kubevirt backoff curve")
 	fs.IntVar(&f.giveUpAfter, "give-up-after", 0, "stop retrying after this many counted failures (0: never)")
 	fs.DurationVar(&f.giveUpWindow, "give-up-window", 0, "count only failures this recent for --give-up-after (0: all consecutive)")
 	fs.DurationVar(&f.countRunningWithin, "count-running-failures-within", 0, "also count a VMI that ends within this long after reaching Running (0: upstream rule)")
-	fs.DurationVar(&f.qemuTimeout, "qemu-timeout", 240*time.Second, "base QEMU start timeout passed to virt-launcher (scaled)")
-	fs.DurationVar(&f.qemuJitter, "qemu-timeout-jitter", 120*time.Second, "the controller adds whole seconds in [0, this) to the timeout (scaled); the launcher adds none")
+	fs.DurationVar(&f.qemuTimeout, "qemu-timeout", launcherapi.DefaultStartTimeout.Base, "base QEMU start timeout passed to virt-launcher (scaled)")
+	fs.DurationVar(&f.qemuJitter, "qemu-timeout-jitter", launcherapi.DefaultStartTimeout.Jitter, "the controller adds whole seconds in [0, this) to the timeout (scaled); the launcher adds none")
 	fs.DurationVar(&f.watchInterval, "watch-interval", 250*time.Millisecond, "how often manifest files are checked for changes")
 	fs.BoolVar(&f.fsync, "fsync", true, "fsync every state save (durable across a machine crash; a kill -9 needs only the atomic rename)")
 	fs.BoolVar(&f.leaveRunning, "leave-running", false, "on SIGINT/SIGTERM leave VMIs running for the next controller to adopt, instead of stopping them")
@@ -158,12 +159,9 @@ func (f runFlags) config() (controller.Config, error) {
 	if f.launcherWeight < 0 || f.launcherWeight > 10000 {
 		return cfg, fmt.Errorf("--launcher-cpu-weight %d: allowed values are 0 (no cgroup) and 1 to 10000", f.launcherWeight)
 	}
-	if f.qemuTimeout <= 0 {
-		return cfg, fmt.Errorf("--qemu-timeout %s: must be positive", f.qemuTimeout)
-	}
-	jitter := f.qemuJitter
-	if jitter == 0 {
-		jitter = -1 // Config reads zero as "default"
+	timeout := launcherapi.StartTimeout{Base: f.qemuTimeout, Jitter: f.qemuJitter}
+	if err := timeout.Validate(); err != nil {
+		return cfg, err
 	}
 	level := slog.LevelInfo
 	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
@@ -177,13 +175,13 @@ func (f runFlags) config() (controller.Config, error) {
 	if seed == 0 {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
-		seed = binary.LittleEndian.Uint64(b[:])>>1 | 1
+		seed = launcherapi.Seed(binary.LittleEndian.Uint64(b[:])>>1 | 1)
 	}
 	var logOut io.Writer = os.Stderr
 	cfg = controller.Config{
 		StateDir: f.stateDir, Fsync: f.fsync, Policy: policy, Seed: seed,
-		Launcher:    controller.LauncherOptions{Path: launcher, Args: f.launcherArgs, Nice: f.launcherNice, CPUWeight: f.launcherWeight},
-		QEMUTimeout: f.qemuTimeout, QEMUTimeoutJitter: jitter,
+		Launcher:      controller.LauncherOptions{Path: launcher, Args: f.launcherArgs, Nice: f.launcherNice, CPUWeight: f.launcherWeight},
+		StartTimeout:  timeout,
 		WatchInterval: f.watchInterval, StopOnExit: !f.leaveRunning,
 		Logger: slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level})),
 	}

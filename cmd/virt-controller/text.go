@@ -39,7 +39,7 @@ func (t *textLines) Observe(e controller.Event) {
 	if e.ScaledDelay != "" {
 		fmt.Fprintf(&b, "  retry in %s (KubeVirt %s x%g)", e.ScaledDelay, e.Delay, e.TimeScale)
 	}
-	if e.Event == "ControllerStarted" {
+	if e.Event == controller.EventControllerStarted {
 		fmt.Fprintf(&b, "  seed=%d timeScale=%g %s", e.Seed, e.TimeScale, e.Policy)
 	}
 	if e.Reason != "" {
@@ -48,7 +48,7 @@ func (t *textLines) Observe(e controller.Event) {
 	if e.ExitCode != nil {
 		fmt.Fprintf(&b, "  exit=%d", *e.ExitCode)
 	}
-	if e.Message != "" && e.Event != "Exited" {
+	if e.Message != "" && e.Event != controller.EventExited {
 		msg := e.Message
 		if len(msg) > 140 {
 			msg = msg[:140] + "..."

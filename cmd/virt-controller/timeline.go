@@ -9,6 +9,7 @@ import (
 
 	"github.com/crashloop-harness/crashloop/pkg/backoff"
 	"github.com/crashloop-harness/crashloop/pkg/controller"
+	"github.com/crashloop-harness/crashloop/pkg/ctltimeline"
 )
 
 // timelineFlushInterval is how often a changed timeline is rewritten
@@ -40,7 +41,7 @@ func (x *extraRunFlags) apply(cfg *controller.Config, maxDelay time.Duration) (f
 	if x.timeline == "" {
 		return func() {}, nil
 	}
-	rec := controller.NewTimelineRecorder("virt-controller run "+cfg.Policy.String(), cfg.StateDir, maxDelay)
+	rec := ctltimeline.NewRecorder("virt-controller run "+cfg.Policy.String(), cfg.StateDir, maxDelay)
 	if err := rec.WriteFiles(x.timeline); err != nil {
 		return nil, err
 	}

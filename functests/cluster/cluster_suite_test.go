@@ -1,13 +1,11 @@
 package cluster_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -23,6 +21,7 @@ import (
 	"kubevirt.io/client-go/kubecli"
 
 	"github.com/crashloop-harness/crashloop/functests/ctlharness"
+	"github.com/crashloop-harness/crashloop/pkg/spawn"
 )
 
 func TestCluster(t *testing.T) {
@@ -85,12 +84,11 @@ var _ = AfterSuite(func() {
 
 // liteStack is a running "clusterlite up".
 type liteStack struct {
-	cmd        *exec.Cmd
+	proc       *spawn.Process
 	stateDir   string
 	kubeconfig string
 	server     string
 	logPath    string
-	done       chan struct{}
 	pids       []int
 	started    time.Time
 	// tmpBefore is what /tmp held before the stack started.
@@ -119,32 +117,21 @@ func startLite(repo string) *liteStack {
 	}
 	state, err := os.MkdirTemp("", "clusterlite-lane-")
 	Expect(err).NotTo(HaveOccurred())
-	s := &liteStack{stateDir: state, logPath: filepath.Join(artifacts, "clusterlite.log"), done: make(chan struct{}), started: time.Now(), tmpBefore: tmpEntries()}
-	logf, err := os.Create(s.logPath)
-	Expect(err).NotTo(HaveOccurred())
-	s.cmd = exec.Command(liteBin, "up", "--state-dir", state, "--bin-dir", binDir,
-		"--launcher", bins.Launcher, "--image-dir", bins.ImageDir)
-	s.cmd.Stderr = logf
-	stdout, err := s.cmd.StdoutPipe()
-	Expect(err).NotTo(HaveOccurred())
-	Expect(s.cmd.Start()).To(Succeed())
+	s := &liteStack{stateDir: state, logPath: filepath.Join(artifacts, "clusterlite.log"), started: time.Now(), tmpBefore: tmpEntries()}
 	ready := make(chan string, 1)
-	go func() {
-		defer close(s.done)
-		defer logf.Close()
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			line := sc.Text()
-			fmt.Fprintln(GinkgoWriter, "clusterlite: "+line)
-			if k, ok := strings.CutPrefix(line, "KUBECONFIG="); ok {
-				ready <- k
-			}
+	out := spawn.NewLineWriter(func(b []byte) {
+		line := string(b)
+		fmt.Fprintln(GinkgoWriter, "clusterlite: "+line)
+		if k, ok := strings.CutPrefix(line, "KUBECONFIG="); ok {
+			ready <- k
 		}
-		_ = s.cmd.Wait()
-	}()
+	})
+	s.proc, err = spawn.Start(spawn.Spec{Path: liteBin, Args: []string{"up", "--state-dir", state, "--bin-dir", binDir,
+		"--launcher", bins.Launcher, "--image-dir", bins.ImageDir}, Stdout: out, StderrFile: s.logPath, Truncate: true})
+	Expect(err).NotTo(HaveOccurred())
 	select {
 	case s.kubeconfig = <-ready:
-	case <-s.done:
+	case <-s.proc.Done():
 		Fail("clusterlite up exited before the stack was ready; its log: " + s.logPath + "\n" + tail(s.logPath, 3000))
 	case <-time.After(5 * time.Minute):
 		s.stop()
@@ -164,16 +151,11 @@ func startLite(repo string) *liteStack {
 // nothing behind: no process it started, no listening port, no folder.
 func (s *liteStack) stop() {
 	begin := time.Now()
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(3 * time.Minute):
-		_ = s.cmd.Process.Kill()
-		<-s.done
-		Fail("clusterlite up did not stop within 3 minutes of SIGTERM")
-	}
+	st, err := s.proc.Stop(context.Background(), 3*time.Minute)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(st.Killed).To(BeFalse(), "clusterlite up did not stop within 3 minutes of SIGTERM")
 	fmt.Fprintf(GinkgoWriter, "cluster-lite stopped in %s\n", time.Since(begin).Round(100*time.Millisecond))
-	Expect(s.cmd.ProcessState.ExitCode()).To(Equal(0), "clusterlite up exit status; log %s:\n%s", s.logPath, tail(s.logPath, 3000))
+	Expect(st.Exit.Code).To(Equal(0), "clusterlite up exit status; log %s:\n%s", s.logPath, tail(s.logPath, 3000))
 	Expect(s.pids).NotTo(BeEmpty(), "clusterlite wrote no pids file")
 	for _, pid := range s.pids {
 		Expect(syscall.Kill(pid, 0)).To(MatchError(syscall.ESRCH), "process %d of cluster-lite is still alive", pid)
@@ -182,7 +164,7 @@ func (s *liteStack) stop() {
 		_, err := net.DialTimeout("tcp", u.Host, time.Second)
 		Expect(err).To(HaveOccurred(), "the API server's port %s still answers", u.Host)
 	}
-	_, err := os.Stat(s.stateDir)
+	_, err = os.Stat(s.stateDir)
 	Expect(os.IsNotExist(err)).To(BeTrue(), "state folder %s left behind", s.stateDir)
 	var left []string
 	for name := range tmpEntries() {

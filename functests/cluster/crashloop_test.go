@@ -24,6 +24,7 @@ import (
 
 	"github.com/crashloop-harness/crashloop/functests/cluster"
 	"github.com/crashloop-harness/crashloop/functests/ctlharness"
+	"github.com/crashloop-harness/crashloop/pkg/controller"
 )
 
 const failFast = v1.FuncTestLauncherFailFastAnnotation
@@ -343,7 +344,7 @@ var _ = Describe("crash loops on KubeVirt's own controller and on ours", Ordered
 			vm := crashingVM(ours[s].name, strategy, true)
 			delete(vm.Spec.Template.ObjectMeta.Annotations, failFast)
 			writeVM(work, vm)
-			Eventually(func() int { return len(proc.Events("ManifestChanged", namespace()+"/"+ours[s].name)) }).
+			Eventually(func() int { return len(proc.Events(controller.EventManifestChanged, namespace()+"/"+ours[s].name)) }).
 				WithTimeout(30*time.Second).Should(BeNumerically(">=", 1), "our controller did not notice the edit of %s", ours[s].manifest)
 			if s == v1.RunStrategyAlways {
 				_, errs, code := ctlharness.CLI(bins.Controller, "start", ours[s].name, "--state-dir", filepath.Join(work, "state"))

@@ -212,9 +212,9 @@ func ControllerAttempts(events []controller.Event) []Attempt {
 			order = append(order, e.VMIUID)
 		}
 		switch {
-		case e.Event == "Started":
+		case e.Event == controller.EventStarted:
 			a.Created = e.Time
-		case e.Event == "Exited":
+		case e.Event == controller.EventExited:
 			a.Finished = e.Time
 		}
 		if e.Phase == string(v1.Running) {

@@ -107,12 +107,12 @@ func TestControllerAttemptsAndTrace(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
 	events := []controller.Event{
-		{Time: at(0), Event: "Started", VMIUID: "a", PrintableStatus: "Starting"},
-		{Time: at(1), Event: "Exited", VMIUID: "a", Phase: "Failed", PrintableStatus: "Starting"},
-		{Time: at(1), Event: "BackoffPlanned", FailCount: 1, PrintableStatus: "CrashLoopBackOff"},
-		{Time: at(12), Event: "Started", VMIUID: "b", FailCount: 1, PrintableStatus: "Starting"},
+		{Time: at(0), Event: controller.EventStarted, VMIUID: "a", PrintableStatus: "Starting"},
+		{Time: at(1), Event: controller.EventExited, VMIUID: "a", Phase: "Failed", PrintableStatus: "Starting"},
+		{Time: at(1), Event: controller.EventBackoffPlanned, FailCount: 1, PrintableStatus: "CrashLoopBackOff"},
+		{Time: at(12), Event: controller.EventStarted, VMIUID: "b", FailCount: 1, PrintableStatus: "Starting"},
 		{Time: at(13), Event: "Phase", VMIUID: "b", Phase: "Running", FailCount: 1, PrintableStatus: "Running"},
-		{Time: at(13), Event: "RecordCleared", PrintableStatus: "Running"},
+		{Time: at(13), Event: controller.EventRecordCleared, PrintableStatus: "Running"},
 	}
 	as := ControllerAttempts(events)
 	if len(as) != 2 || !as[0].Finished.Equal(at(1)) || as[0].Running || !as[1].Running || !as[1].Created.Equal(at(12)) {

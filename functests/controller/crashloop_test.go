@@ -9,6 +9,8 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/crashloop-harness/crashloop/pkg/controller"
 )
 
 // scale compresses KubeVirt's schedule 100 times: retries after 0.10-0.15 s,
@@ -38,7 +40,7 @@ var _ = Describe("virt-controller crash loop", Label("controller"), func() {
 		}, 30*time.Second, 50*time.Millisecond).Should(Succeed())
 
 		By("each gap from a failure to the next launch matching the planned scaled delay")
-		plans, starts := p.Events("BackoffPlanned", ""), p.Events("Started", "")
+		plans, starts := p.Events(controller.EventBackoffPlanned, ""), p.Events(controller.EventStarted, "")
 		Expect(len(plans)).To(BeNumerically(">=", 4))
 		Expect(len(starts)).To(BeNumerically(">=", 4))
 		bounds := [][2]time.Duration{{100 * time.Millisecond, 150 * time.Millisecond}, {400 * time.Millisecond, 600 * time.Millisecond}, {900 * time.Millisecond, 1350 * time.Millisecond}}
@@ -64,7 +66,7 @@ var _ = Describe("virt-controller crash loop", Label("controller"), func() {
 			Expect(outside).To(BeNumerically(">", planned-20*time.Millisecond), "failure %d seen by the launchers", i+1)
 			Expect(outside).To(BeNumerically("<", planned+150*time.Millisecond), "failure %d seen by the launchers", i+1)
 		}
-		exited := p.Events("Exited", "")[0]
+		exited := p.Events(controller.EventExited, "")[0]
 		Expect(exited.Reason).To(Equal("LauncherCrashed"))
 		Expect(*exited.ExitCode).To(Equal(2), "the fail-fast launcher panics: exit code 2")
 	})
@@ -98,8 +100,8 @@ var _ = Describe("virt-controller crash loop", Label("controller"), func() {
 		vm := w.status("crashy")
 		Expect(vm.Status.StartFailure).To(BeNil())
 		Expect(vm.Generation).To(BeEquivalentTo(2))
-		Expect(p.Events("ManifestChanged", "")).To(HaveLen(1))
-		Expect(p.Events("RecordCleared", "")).NotTo(BeEmpty())
+		Expect(p.Events(controller.EventManifestChanged, "")).To(HaveLen(1))
+		Expect(p.Events(controller.EventRecordCleared, "")).NotTo(BeEmpty())
 	})
 
 	It("keeps the count and the retry time across kill -9 of the controller", func() {
@@ -121,8 +123,8 @@ var _ = Describe("virt-controller crash loop", Label("controller"), func() {
 		Expect(failCount(vm)).To(Equal(count), "the count is not forgotten")
 		Expect(vm.Status.StartFailure.RetryAfterTimestamp.Time).To(BeTemporally("~", retry, time.Second))
 
-		Eventually(func() int { return len(p2.Events("Started", "")) }, 20*time.Second, 20*time.Millisecond).Should(BeNumerically(">=", 1))
-		first := p2.Events("Started", "")[0]
+		Eventually(func() int { return len(p2.Events(controller.EventStarted, "")) }, 20*time.Second, 20*time.Millisecond).Should(BeNumerically(">=", 1))
+		first := p2.Events(controller.EventStarted, "")[0]
 		Expect(first.Time).To(BeTemporally(">=", retry), "no early retry")
 		Expect(first.Time).To(BeTemporally("<", retry.Add(200*time.Millisecond)))
 		Expect(first.Attempt).To(Equal(attempts + 1))
@@ -136,8 +138,8 @@ var _ = Describe("virt-controller crash loop", Label("controller"), func() {
 		Eventually(func() []string {
 			var phases []string
 			for _, e := range p.Events("", "") {
-				if e.VM == "default/job" && (e.Event == "Running" || e.Event == "Succeeded") {
-					phases = append(phases, e.Event)
+				if e.VM == "default/job" && (e.Event == controller.EventRunning || e.Event == controller.EventSucceeded) {
+					phases = append(phases, string(e.Event))
 				}
 			}
 			return phases

@@ -11,6 +11,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/crashloop-harness/crashloop/functests/crashloop"
+	"github.com/crashloop-harness/crashloop/pkg/controller"
 )
 
 // Scenario 1 runs KubeVirt's schedule 50 times faster: retries after
@@ -35,7 +36,7 @@ var _ = Describe("scenario 1: a fail-fast crash loop under runStrategy Always", 
 		p := w.run(1, []string{"--time-scale", "0.02", "--qemu-timeout", bootTimeout, "--timeline", ctlTimeline}, m)
 
 		By("the count growing 1..5 in CrashLoopBackOff")
-		Eventually(func() int { return len(p.Events("BackoffPlanned", "crashy")) }, 30*time.Second, 20*time.Millisecond).Should(BeNumerically(">=", 5))
+		Eventually(func() int { return len(p.Events(controller.EventBackoffPlanned, "crashy")) }, 30*time.Second, 20*time.Millisecond).Should(BeNumerically(">=", 5))
 		vm5 := w.status("crashy")
 		Expect(failCount(vm5)).To(Equal(5))
 		Expect(vm5.Status.PrintableStatus).To(Equal(v1.VirtualMachineStatusCrashLoopBackOff))
@@ -55,13 +56,13 @@ var _ = Describe("scenario 1: a fail-fast crash loop under runStrategy Always", 
 		Expect(wall).To(BeNumerically("<", 60*time.Second))
 
 		var counts []int
-		for _, e := range p.Events("BackoffPlanned", "crashy") {
+		for _, e := range p.Events(controller.EventBackoffPlanned, "crashy") {
 			counts = append(counts, e.FailCount)
 		}
 		Expect(counts).To(Equal([]int{1, 2, 3, 4, 5}))
-		Expect(p.Events("ManifestChanged", "crashy")).To(HaveLen(1))
-		Expect(p.Events("Running", "crashy")).To(HaveLen(1))
-		Expect(p.Events("Running", "crashy")[0].Attempt).To(Equal(6), "the first attempt after the edit starts clean")
+		Expect(p.Events(controller.EventManifestChanged, "crashy")).To(HaveLen(1))
+		Expect(p.Events(controller.EventRunning, "crashy")).To(HaveLen(1))
+		Expect(p.Events(controller.EventRunning, "crashy")[0].Attempt).To(Equal(6), "the first attempt after the edit starts clean")
 
 		By("every observed delay lying inside KubeVirt's envelope for its count")
 		retries := crashloop.Retries(p.Events("", "crashy"))

@@ -2,7 +2,6 @@ package crashloop_test
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,8 +14,8 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/crashloop-harness/crashloop/functests/ctlharness"
-	"github.com/crashloop-harness/crashloop/pkg/controller"
-	"github.com/crashloop-harness/crashloop/pkg/launcher"
+	"github.com/crashloop-harness/crashloop/pkg/ctltimeline"
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/timeline"
 )
 
@@ -105,41 +104,40 @@ func (w *workspace) launches(name string) int {
 }
 
 // launcherEvents reads what one attempt's launcher wrote on stdout.
-func (w *workspace) launcherEvents(name string, attempt int) []launcher.Event {
+func (w *workspace) launcherEvents(name string, attempt int) []launcherapi.Event {
 	dir := w.launchDir(name, attempt)
 	if dir == "" {
 		return nil
 	}
-	f, err := os.Open(filepath.Join(dir, "events.jsonl"))
+	f, err := os.Open(launcherapi.Dir(dir).Events())
 	if err != nil {
 		return nil
 	}
 	defer f.Close()
-	var out []launcher.Event
+	var out []launcherapi.Event
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		var e launcher.Event
-		if json.Unmarshal(sc.Bytes(), &e) == nil {
+		if e, err := launcherapi.ParseEvent(sc.Bytes()); err == nil {
 			out = append(out, e)
 		}
 	}
 	return out
 }
 
-func findEvent(evs []launcher.Event, name string) (launcher.Event, bool) {
+func findEvent(evs []launcherapi.Event, name string) (launcherapi.Event, bool) {
 	for _, e := range evs {
 		if e.Event == name {
 			return e, true
 		}
 	}
-	return launcher.Event{}, false
+	return launcherapi.Event{}, false
 }
 
 // firedFaults names the faults one attempt's launcher said would fire
 // (its Scheduled event), sorted and joined with "+".
 func (w *workspace) firedFaults(name string, attempt int) string {
-	sched, ok := findEvent(w.launcherEvents(name, attempt), launcher.EventScheduled)
+	sched, ok := findEvent(w.launcherEvents(name, attempt), launcherapi.EventScheduled)
 	if !ok {
 		return ""
 	}
@@ -160,7 +158,7 @@ func (w *workspace) console(name string, attempt int) string {
 	if dir == "" {
 		return ""
 	}
-	b, _ := os.ReadFile(filepath.Join(dir, "console.log"))
+	b, _ := os.ReadFile(launcherapi.Dir(dir).Console())
 	return string(b)
 }
 
@@ -168,7 +166,7 @@ func (w *workspace) console(name string, attempt int) string {
 // and NAME.svg, built from the controller's JSON lines and the launcher
 // folders, and returns it.
 func (w *workspace) saveTimeline(name, title string, p *proc) *timeline.Timeline {
-	rec := controller.NewTimelineRecorder(title, w.state, 0)
+	rec := ctltimeline.NewRecorder(title, w.state, 0)
 	for _, e := range p.Events("", "") {
 		rec.Observe(e)
 	}

@@ -9,6 +9,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/crashloop-harness/crashloop/functests/crashloop"
+	"github.com/crashloop-harness/crashloop/pkg/controller"
 )
 
 // herdScale keeps the first retry (10-15 s upstream) at 5-7.5 s, so the
@@ -78,7 +79,7 @@ var _ = Describe("scenario 8: replay of a chaos run", Label("replay"), Serial, f
 		files = append(files, w.write(vm{name: "counted", faults: map[string]string{"launcher-crash": "50%2*", "libvirt-error": "at=define"}}))
 		p := w.run(8, []string{"--time-scale", fast, "--qemu-timeout", bootTimeout}, files...)
 		done := func(n string) bool {
-			return len(p.Events("Running", n)) > 0 || len(p.Events("Exited", n)) >= maxAttempts
+			return len(p.Events(controller.EventRunning, n)) > 0 || len(p.Events(controller.EventExited, n)) >= maxAttempts
 		}
 		Eventually(func() []string {
 			var waiting []string
@@ -87,7 +88,7 @@ var _ = Describe("scenario 8: replay of a chaos run", Label("replay"), Serial, f
 					waiting = append(waiting, n)
 				}
 			}
-			if len(p.Events("Exited", "counted")) < counted {
+			if len(p.Events(controller.EventExited, "counted")) < counted {
 				waiting = append(waiting, "counted")
 			}
 			return waiting
@@ -96,11 +97,11 @@ var _ = Describe("scenario 8: replay of a chaos run", Label("replay"), Serial, f
 		out := map[string][]crashloop.Outcome{}
 		for _, n := range names {
 			plans := map[int]string{}
-			for _, e := range p.Events("BackoffPlanned", n) {
+			for _, e := range p.Events(controller.EventBackoffPlanned, n) {
 				plans[e.Attempt] = e.Delay
 			}
 			exits := map[int][2]string{}
-			for _, e := range p.Events("Exited", n) {
+			for _, e := range p.Events(controller.EventExited, n) {
 				reason := e.Reason
 				if e.ExitCode != nil && *e.ExitCode == 12 {
 					// The catalog promises exit 12 for qemu-bad-config but
@@ -112,7 +113,7 @@ var _ = Describe("scenario 8: replay of a chaos run", Label("replay"), Serial, f
 				exits[e.Attempt] = [2]string{e.Phase, reason}
 			}
 			ran := map[int]bool{}
-			for _, e := range p.Events("Running", n) {
+			for _, e := range p.Events(controller.EventRunning, n) {
 				ran[e.Attempt] = true
 			}
 			for a := 1; a <= maxAttempts; a++ {

@@ -51,16 +51,16 @@ func Retries(events []controller.Event) []Retry {
 	open := map[string]int{} // VM -> index in out of the retry awaiting its start
 	for _, e := range events {
 		switch e.Event {
-		case "BackoffPlanned":
+		case controller.EventBackoffPlanned:
 			out = append(out, Retry{VM: e.VM, Attempt: e.Attempt, Count: e.FailCount, FailedAt: e.Time,
 				Planned: time.Duration(e.ScaledDelayNs)})
 			open[e.VM] = len(out) - 1
-		case "Started":
+		case controller.EventStarted:
 			if i, ok := open[e.VM]; ok {
 				out[i].StartedAt = e.Time
 				delete(open, e.VM)
 			}
-		case "StopRequested", "StartRequested", "RestartRequested":
+		case controller.EventStopRequested, controller.EventStartRequested, controller.EventRestartRequested:
 			if i, ok := open[e.VM]; ok {
 				out = append(out[:i], out[i+1:]...)
 				delete(open, e.VM)

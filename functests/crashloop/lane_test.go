@@ -17,13 +17,13 @@ func loop(curve backoff.Curve, r backoff.Rand, n int, scale float64) []controlle
 	var evs []controller.Event
 	now := t0
 	for c := 1; c <= n; c++ {
-		evs = append(evs, controller.Event{Time: now, Event: "Started", VM: "default/x", Attempt: c})
+		evs = append(evs, controller.Event{Time: now, Event: controller.EventStarted, VM: "default/x", Attempt: c})
 		now = now.Add(20 * time.Millisecond)
 		d := time.Duration(float64(curve.Delay(c, r)) * scale)
-		evs = append(evs, controller.Event{Time: now, Event: "BackoffPlanned", VM: "default/x", Attempt: c, FailCount: c, ScaledDelayNs: d.Nanoseconds()})
+		evs = append(evs, controller.Event{Time: now, Event: controller.EventBackoffPlanned, VM: "default/x", Attempt: c, FailCount: c, ScaledDelayNs: d.Nanoseconds()})
 		now = now.Add(d + 3*time.Millisecond)
 	}
-	return append(evs, controller.Event{Time: now, Event: "Started", VM: "default/x", Attempt: n + 1})
+	return append(evs, controller.Event{Time: now, Event: controller.EventStarted, VM: "default/x", Attempt: n + 1})
 }
 
 type fixedRand int
@@ -65,9 +65,9 @@ func (linear) String() string                            { return "linear" }
 
 func TestRetriesDropWaitsEndedByAManualOperation(t *testing.T) {
 	evs := []controller.Event{
-		{Time: t0, Event: "BackoffPlanned", VM: "a", FailCount: 1, ScaledDelayNs: 1},
-		{Time: t0.Add(time.Second), Event: "StopRequested", VM: "a"},
-		{Time: t0.Add(2 * time.Second), Event: "Started", VM: "a"},
+		{Time: t0, Event: controller.EventBackoffPlanned, VM: "a", FailCount: 1, ScaledDelayNs: 1},
+		{Time: t0.Add(time.Second), Event: controller.EventStopRequested, VM: "a"},
+		{Time: t0.Add(2 * time.Second), Event: controller.EventStarted, VM: "a"},
 	}
 	if r := Retries(evs); len(r) != 0 {
 		t.Fatalf("retries = %+v, want none", r)

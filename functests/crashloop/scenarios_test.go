@@ -11,7 +11,7 @@ import (
 
 	"github.com/crashloop-harness/crashloop/functests/crashloop"
 	"github.com/crashloop-harness/crashloop/pkg/controller"
-	"github.com/crashloop-harness/crashloop/pkg/launcher"
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 )
 
 // fast is the scale of scenarios that only need the loop to turn:
@@ -24,8 +24,8 @@ var _ = Describe("scenario 2: stop in the middle of a crash loop", Label("stop")
 		func(strategy string) {
 			w := newWorkspace()
 			p := w.run(2, []string{"--time-scale", "0.02"}, w.write(vm{name: "crashy", strategy: strategy, failFast: true}))
-			Eventually(func() int { return len(p.Events("BackoffPlanned", "crashy")) }, 30*time.Second, 20*time.Millisecond).Should(BeNumerically(">=", 3))
-			planned := p.Events("BackoffPlanned", "crashy")[2]
+			Eventually(func() int { return len(p.Events(controller.EventBackoffPlanned, "crashy")) }, 30*time.Second, 20*time.Millisecond).Should(BeNumerically(">=", 3))
+			planned := p.Events(controller.EventBackoffPlanned, "crashy")[2]
 			Expect(planned.RetryAfter).NotTo(BeNil())
 
 			_, errs, code := cli("stop", "crashy", "--state-dir", w.state)
@@ -41,12 +41,12 @@ var _ = Describe("scenario 2: stop in the middle of a crash loop", Label("stop")
 			report("scenario 2 "+strategy, "stopped at count %d; no launch during %s (planned retry was %s after the failure)",
 				planned.FailCount, window.Round(time.Millisecond), time.Duration(planned.ScaledDelayNs))
 
-			startedBefore := len(p.Events("Started", "crashy"))
+			startedBefore := len(p.Events(controller.EventStarted, "crashy"))
 			_, errs, code = cli("start", "crashy", "--state-dir", w.state)
 			Expect(code).To(Equal(0), errs)
-			Eventually(func() int { return len(p.Events("BackoffPlanned", "crashy")) }, 10*time.Second, 20*time.Millisecond).Should(BeNumerically(">=", 4))
-			Expect(len(p.Events("Started", "crashy"))).To(BeNumerically(">", startedBefore))
-			Expect(p.Events("BackoffPlanned", "crashy")[3].FailCount).To(Equal(1), "the new loop counts from 1")
+			Eventually(func() int { return len(p.Events(controller.EventBackoffPlanned, "crashy")) }, 10*time.Second, 20*time.Millisecond).Should(BeNumerically(">=", 4))
+			Expect(len(p.Events(controller.EventStarted, "crashy"))).To(BeNumerically(">", startedBefore))
+			Expect(p.Events(controller.EventBackoffPlanned, "crashy")[3].FailCount).To(Equal(1), "the new loop counts from 1")
 		},
 		Entry("Always", "Always"),
 		Entry("RerunOnFailure", "RerunOnFailure"),
@@ -57,12 +57,12 @@ var _ = Describe("scenario 3: QEMU start timeout", Label("qemu-timeout"), Serial
 	// timeoutRuns reads each attempt's timeout from both sides.
 	timeoutRuns := func(w *workspace, p *proc, name string, attempts int) []crashloop.TimeoutRun {
 		var out []crashloop.TimeoutRun
-		started := p.Events("Started", name)
+		started := p.Events(controller.EventStarted, name)
 		for a := 1; a <= attempts; a++ {
 			evs := w.launcherEvents(name, a)
-			sched, ok := findEvent(evs, launcher.EventScheduled)
+			sched, ok := findEvent(evs, launcherapi.EventScheduled)
 			Expect(ok).To(BeTrue(), "attempt %d has a Scheduled event", a)
-			failed, ok := findEvent(evs, launcher.EventFailed)
+			failed, ok := findEvent(evs, launcherapi.EventFailed)
 			Expect(ok).To(BeTrue(), "attempt %d has a Failed event", a)
 			drawn, err := time.ParseDuration(fmt.Sprint(sched.Details["qemuTimeout"]))
 			Expect(err).NotTo(HaveOccurred())
@@ -76,8 +76,8 @@ var _ = Describe("scenario 3: QEMU start timeout", Label("qemu-timeout"), Serial
 	It("fails inside [base, base+jitter) of its drawn timeout, counts, and backs off", func() {
 		w := newWorkspace()
 		p := w.run(3, []string{"--time-scale", fast}, w.write(vm{name: "hang", faults: map[string]string{"qemu-hang": ""}}))
-		Eventually(func() int { return len(p.Events("BackoffPlanned", "hang")) }, 60*time.Second, 50*time.Millisecond).Should(BeNumerically(">=", 2))
-		Eventually(func() int { return len(p.Events("Started", "hang")) }, 10*time.Second, 20*time.Millisecond).Should(BeNumerically(">=", 3))
+		Eventually(func() int { return len(p.Events(controller.EventBackoffPlanned, "hang")) }, 60*time.Second, 50*time.Millisecond).Should(BeNumerically(">=", 2))
+		Eventually(func() int { return len(p.Events(controller.EventStarted, "hang")) }, 10*time.Second, 20*time.Millisecond).Should(BeNumerically(">=", 3))
 		s := w.status("hang")
 		Expect(failCount(s)).To(BeNumerically(">=", 2))
 		runs := timeoutRuns(w, p, "hang", 2)
@@ -87,7 +87,7 @@ var _ = Describe("scenario 3: QEMU start timeout", Label("qemu-timeout"), Serial
 				i+1, r.Drawn, r.Failed.Sub(r.ScheduledAt).Round(time.Millisecond))
 		}
 		Expect(runs[0].Drawn).NotTo(Equal(runs[1].Drawn), "each attempt draws its own timeout (seed 3)")
-		for _, e := range p.Events("Exited", "hang")[:2] {
+		for _, e := range p.Events(controller.EventExited, "hang")[:2] {
 			Expect(e.Reason).To(Equal("QemuStartTimeout"))
 			Expect(*e.ExitCode).To(Equal(10))
 		}
@@ -98,9 +98,14 @@ var _ = Describe("scenario 3: QEMU start timeout", Label("qemu-timeout"), Serial
 
 	It("catches a launcher that ignores the drawn window (negative control: --launcher-arg=--qemu-timeout=1s)", Label("negative-control"), func() {
 		w := newWorkspace()
-		p := w.run(3, []string{"--time-scale", fast, "--launcher-arg=--qemu-timeout=1s"},
+		// The launcher's own flags, from the contract: a fixed 1 s timeout.
+		var ignore []string
+		for _, f := range (launcherapi.Args{StartTimeout: launcherapi.FixedStartTimeout(time.Second)}).Build() {
+			ignore = append(ignore, "--launcher-arg="+f)
+		}
+		p := w.run(3, append([]string{"--time-scale", fast}, ignore...),
 			w.write(vm{name: "hang", faults: map[string]string{"qemu-hang": ""}}))
-		Eventually(func() int { return len(p.Events("BackoffPlanned", "hang")) }, 60*time.Second, 50*time.Millisecond).Should(BeNumerically(">=", 1))
+		Eventually(func() int { return len(p.Events(controller.EventBackoffPlanned, "hang")) }, 60*time.Second, 50*time.Millisecond).Should(BeNumerically(">=", 1))
 		p.Terminate()
 		err := crashloop.CheckTimeoutWindow(timeoutRuns(w, p, "hang", 1)[0], 240*time.Second, 120*time.Second, 0.01, time.Second)
 		Expect(err).To(HaveOccurred())
@@ -118,11 +123,11 @@ var _ = Describe("scenario 4: which failures count", Label("running-rule"), Seri
 	// secondStart waits until the VM's second attempt has started and
 	// returns the events up to then.
 	waitSecond := func(p *proc, name string) {
-		Eventually(func() int { return len(p.Events("Started", name)) }, 120*time.Second, 50*time.Millisecond).Should(BeNumerically(">=", 2),
+		Eventually(func() int { return len(p.Events(controller.EventStarted, name)) }, 120*time.Second, 50*time.Millisecond).Should(BeNumerically(">=", 2),
 			func() string { return p.Stderr() })
 	}
 	exitOf := func(p *proc, name string) controller.Event {
-		ex := p.Events("Exited", name)
+		ex := p.Events(controller.EventExited, name)
 		Expect(ex).NotTo(BeEmpty())
 		return ex[0]
 	}
@@ -143,15 +148,15 @@ var _ = Describe("scenario 4: which failures count", Label("running-rule"), Seri
 		early := exitOf(p, "kill-early")
 		Expect(early.Reason).To(Equal("QemuFailed"))
 		Expect(early.FailCount).To(Equal(1), "a VMI that never ran counts")
-		Expect(p.Events("BackoffPlanned", "kill-early")).NotTo(BeEmpty())
+		Expect(p.Events(controller.EventBackoffPlanned, "kill-early")).NotTo(BeEmpty())
 
 		for name, reason := range map[string]string{"kill-running": "VMCrashed", "panic": "GuestPanicked"} {
-			Expect(p.Events("Running", name)).NotTo(BeEmpty(), name)
+			Expect(p.Events(controller.EventRunning, name)).NotTo(BeEmpty(), name)
 			e := exitOf(p, name)
 			Expect(e.Reason).To(Equal(reason), name)
 			Expect(e.FailCount).To(Equal(0), "%s: a VMI that reached Running does not count upstream", name)
-			Expect(p.Events("BackoffPlanned", name)).To(BeEmpty(), name)
-			second := p.Events("Started", name)[1]
+			Expect(p.Events(controller.EventBackoffPlanned, name)).To(BeEmpty(), name)
+			second := p.Events(controller.EventStarted, name)[1]
 			Expect(second.PlannedAt).To(BeNil(), "%s restarts at once, with no backoff", name)
 			report("scenario 4 upstream", "%s: %s after Running, count %d, restarted %s later", name, reason, e.FailCount, second.Time.Sub(e.Time).Round(time.Millisecond))
 		}
@@ -173,9 +178,9 @@ var _ = Describe("scenario 4: which failures count", Label("running-rule"), Seri
 			e := exitOf(p, name)
 			Expect(e.Reason).To(Equal(reason), name)
 			Expect(e.FailCount).To(Equal(1), "%s: ended within 30m (scaled: 18s) of Running, so it counts", name)
-			plans := p.Events("BackoffPlanned", name)
+			plans := p.Events(controller.EventBackoffPlanned, name)
 			Expect(plans).NotTo(BeEmpty(), name)
-			Expect(p.Events("Started", name)[1].PlannedAt).NotTo(BeNil(), "%s waited out a backoff", name)
+			Expect(p.Events(controller.EventStarted, name)[1].PlannedAt).NotTo(BeNil(), "%s waited out a backoff", name)
 			report("scenario 4 option", "%s: %s after Running counted, backoff %s", name, reason, plans[0].ScaledDelay)
 		}
 		w.saveTimeline("scenario4-count-running-failures", "scenario 4: --count-running-failures-within 30m", p)
@@ -193,7 +198,7 @@ var _ = Describe("scenario 5: disk I/O errors", Label("disk"), Serial, func() {
 		Expect(failCount(s)).To(Equal(0))
 		Expect(w.firedFaults("disk", 1)).To(Equal("disk-io-error"))
 		Consistently(func() int { return w.launches("disk") }, 2*time.Second, 100*time.Millisecond).Should(Equal(1))
-		Expect(p.Events("Exited", "disk")).To(BeEmpty(), "the VMI keeps running")
+		Expect(p.Events(controller.EventExited, "disk")).To(BeEmpty(), "the VMI keeps running")
 		for _, line := range strings.Split(w.console("disk", 1), "\n") {
 			if strings.Contains(line, "HARNESS-DISK") || strings.Contains(line, "I/O error") {
 				report("scenario 5 console", "%s", strings.TrimSpace(line))
@@ -215,13 +220,13 @@ var _ = Describe("scenario 6: a count-limited fault", Label("count-limited"), Se
 		}, 90*time.Second, 100*time.Millisecond).Should(Succeed(), func() string { return p.Stderr() })
 		Consistently(func() int { return w.launches("twice") }, 2*time.Second, 100*time.Millisecond).Should(Equal(3))
 		var reasons []string
-		for _, e := range p.Events("Exited", "twice") {
+		for _, e := range p.Events(controller.EventExited, "twice") {
 			reasons = append(reasons, e.Reason)
 		}
 		Expect(reasons).To(Equal([]string{"LibvirtError", "LibvirtError"}))
 		Expect([]string{w.firedFaults("twice", 1), w.firedFaults("twice", 2), w.firedFaults("twice", 3)}).
 			To(Equal([]string{"libvirt-error", "libvirt-error", ""}))
-		Expect(p.Events("Running", "twice")[0].Attempt).To(Equal(3))
+		Expect(p.Events(controller.EventRunning, "twice")[0].Attempt).To(Equal(3))
 		Expect(crashloop.CheckEnvelope(crashloop.Retries(p.Events("", "twice")), 0.01, slack)).To(Succeed())
 		p.Terminate()
 		w.saveTimeline("scenario6-count-limited", "scenario 6: libvirt-error 2*at=define, recovery on attempt 3", p)

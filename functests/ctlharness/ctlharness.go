@@ -6,8 +6,8 @@
 package ctlharness
 
 import (
-	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -24,6 +24,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/crashloop-harness/crashloop/pkg/controller"
+	"github.com/crashloop-harness/crashloop/pkg/spawn"
 )
 
 // Binaries are the programs under test and the guest image folder.
@@ -38,9 +39,8 @@ type Proc struct {
 	// Started is when the process was started.
 	Started time.Time
 
-	cmd    *exec.Cmd
+	proc   *spawn.Process
 	stderr string
-	done   chan struct{}
 
 	mu     sync.Mutex
 	events []controller.Event
@@ -52,33 +52,21 @@ type Proc struct {
 func Start(b Binaries, stateDir, logDir string, seed int, extra []string, manifests ...string) *Proc {
 	args := append([]string{"run", "-o", "json", "--state-dir", stateDir, "--seed", strconv.Itoa(seed),
 		"--launcher", b.Launcher, "--launcher-arg=--image-dir=" + b.ImageDir}, extra...)
-	cmd := exec.Command(b.Controller, append(args, manifests...)...)
-	stdout, err := cmd.StdoutPipe()
-	gomega.Expect(err).NotTo(gomega.HaveOccurred())
-	p := &Proc{cmd: cmd, done: make(chan struct{}),
-		stderr: filepath.Join(logDir, fmt.Sprintf("controller-%d.stderr", time.Now().UnixNano()))}
-	errf, err := os.Create(p.stderr)
-	gomega.Expect(err).NotTo(gomega.HaveOccurred())
-	cmd.Stderr = errf
-	p.Started = time.Now()
-	gomega.Expect(cmd.Start()).To(gomega.Succeed())
-	go func() {
-		defer close(p.done)
-		defer errf.Close()
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			var e controller.Event
-			if json.Unmarshal(sc.Bytes(), &e) == nil {
-				p.mu.Lock()
-				p.events = append(p.events, e)
-				p.mu.Unlock()
-			}
+	p := &Proc{stderr: filepath.Join(logDir, fmt.Sprintf("controller-%d.stderr", time.Now().UnixNano()))}
+	out := spawn.NewLineWriter(func(line []byte) {
+		var e controller.Event
+		if json.Unmarshal(line, &e) == nil {
+			p.mu.Lock()
+			p.events = append(p.events, e)
+			p.mu.Unlock()
 		}
-		_ = cmd.Wait()
-	}()
+	})
+	p.Started = time.Now()
+	proc, err := spawn.Start(spawn.Spec{Path: b.Controller, Args: append(args, manifests...), Stdout: out, StderrFile: p.stderr})
+	gomega.Expect(err).NotTo(gomega.HaveOccurred())
+	p.proc = proc
 	ginkgo.DeferCleanup(p.Terminate)
-	gomega.Eventually(func() int { return len(p.Events("ControllerStarted", "")) }, 30*time.Second, 10*time.Millisecond).
+	gomega.Eventually(func() int { return len(p.Events(controller.EventControllerStarted, "")) }, 30*time.Second, 10*time.Millisecond).
 		Should(gomega.Equal(1), func() string { return "controller did not start: " + p.Stderr() })
 	return p
 }
@@ -86,29 +74,19 @@ func Start(b Binaries, stateDir, logDir string, seed int, extra []string, manife
 // Terminate stops the controller with SIGTERM (it stops its VMIs and waits
 // for their launchers) and waits for it; SIGKILL after 60 s.
 func (p *Proc) Terminate() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(60 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
+	_, err := p.proc.Stop(context.Background(), 60*time.Second)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred())
 }
 
 // Kill9 kills the controller with SIGKILL, as a crash would.
 func (p *Proc) Kill9() {
-	gomega.Expect(p.cmd.Process.Kill()).To(gomega.Succeed())
-	gomega.Eventually(p.done, 10*time.Second).Should(gomega.BeClosed())
+	gomega.Expect(p.proc.Signal(syscall.SIGKILL)).To(gomega.Succeed())
+	gomega.Eventually(p.proc.Done(), 10*time.Second).Should(gomega.BeClosed())
 }
 
 // Events returns the events of one kind ("" for all) of one VM ("" for
 // all; a bare name means namespace default).
-func (p *Proc) Events(kind, vmName string) []controller.Event {
+func (p *Proc) Events(kind controller.EventKind, vmName string) []controller.Event {
 	if vmName != "" && !strings.Contains(vmName, "/") {
 		vmName = "default/" + vmName
 	}

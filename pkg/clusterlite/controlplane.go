@@ -378,7 +378,7 @@ func waitReady(ctx context.Context, c *child, client *http.Client, url, token st
 			last = fmt.Sprintf("status %d: %s", status, strings.TrimSpace(string(body)))
 		}
 		select {
-		case <-c.done:
+		case <-c.proc.Done():
 			return fmt.Errorf("waiting for %s to be ready: %w", c.name, c.exitError())
 		case <-ctx.Done():
 			// Say which checks still fail; /readyz?verbose lists them.

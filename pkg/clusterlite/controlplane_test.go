@@ -75,7 +75,7 @@ func TestControlPlane(t *testing.T) {
 			_ = cp.Stop(context.Background())
 		}
 	})
-	pids := []int{cp.etcd.cmd.Process.Pid, cp.apiserver.cmd.Process.Pid}
+	pids := []int{cp.etcd.proc.PID(), cp.apiserver.proc.PID()}
 	addrs := []string{strings.TrimPrefix(cp.Server(), "https://"), strings.TrimPrefix(cp.EtcdURL(), "http://")}
 
 	cs, err := kubernetes.NewForConfig(cp.RESTConfig())

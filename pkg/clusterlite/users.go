@@ -37,7 +37,7 @@ func (cp *ControlPlane) PIDs() []int {
 	var pids []int
 	for _, c := range []*child{cp.etcd, cp.apiserver} {
 		if c != nil {
-			pids = append(pids, c.cmd.Process.Pid)
+			pids = append(pids, c.proc.PID())
 		}
 	}
 	return pids
@@ -71,7 +71,7 @@ func (cp *ControlPlane) StartProcess(name, bin string, args []string) (*Process,
 			}
 		}
 		cp.procsMu.Unlock()
-		if c.exited() {
+		if c.proc.Exited() {
 			return nil // reported through Done and Err
 		}
 		return c.stop(ctx, grace)
@@ -83,15 +83,15 @@ func (cp *ControlPlane) StartProcess(name, bin string, args []string) (*Process,
 }
 
 // PID is the process id.
-func (p *Process) PID() int { return p.c.cmd.Process.Pid }
+func (p *Process) PID() int { return p.c.proc.PID() }
 
 // Done is closed when the process has ended.
-func (p *Process) Done() <-chan struct{} { return p.c.done }
+func (p *Process) Done() <-chan struct{} { return p.c.proc.Done() }
 
 // Err describes how the process ended, with the end of its log; nil while
 // it runs.
 func (p *Process) Err() error {
-	if !p.c.exited() {
+	if !p.c.proc.Exited() {
 		return nil
 	}
 	return p.c.exitError()

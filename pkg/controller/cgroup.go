@@ -164,13 +164,11 @@ const joinScript = `echo $$ >"$0" || echo "virt-controller: this launcher runs o
 // Without sh the controller moves the launcher right after Start. A
 // launcher that cannot be placed runs outside the cgroup (reported once,
 // or in its log), never not at all: the command that was started is
-// returned. A nil cgroup just starts cmd.
-func (g *launcherCgroup) start(cmd *exec.Cmd) (*exec.Cmd, error) {
+// returned.
+// It is a spawn.Spec.Starter: like makes the command to start instead.
+func (g *launcherCgroup) start(cmd *exec.Cmd, like func(path string, args ...string) *exec.Cmd) (*exec.Cmd, error) {
 	switch {
-	case g == nil:
-		return cmd, cmd.Start()
 	case g.dirFD != nil:
-		attr := *cmd.SysProcAttr
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(g.dirFD.Fd())
 		err := cmd.Start()
 		if err == nil {
@@ -178,11 +176,10 @@ func (g *launcherCgroup) start(cmd *exec.Cmd) (*exec.Cmd, error) {
 		}
 		g.report(fmt.Errorf("starting in %s: %w", g.dir, err))
 		// A Cmd is not started twice: the same command, without the cgroup.
-		again := likeCmd(cmd, cmd.Path, cmd.Args[1:]...)
-		again.SysProcAttr = &attr
+		again := like(cmd.Path, cmd.Args[1:]...)
 		return again, again.Start()
 	case g.sh != "":
-		wrapped := likeCmd(cmd, g.sh, append([]string{"-c", joinScript, filepath.Join(g.dir, "cgroup.procs"), cmd.Path}, cmd.Args[1:]...)...)
+		wrapped := like(g.sh, append([]string{"-c", joinScript, filepath.Join(g.dir, "cgroup.procs"), cmd.Path}, cmd.Args[1:]...)...)
 		return wrapped, wrapped.Start()
 	}
 	if err := cmd.Start(); err != nil {
@@ -194,14 +191,6 @@ func (g *launcherCgroup) start(cmd *exec.Cmd) (*exec.Cmd, error) {
 		g.report(fmt.Errorf("moving launcher pid %d into %s: %w", cmd.Process.Pid, g.dir, err))
 	}
 	return cmd, nil
-}
-
-// likeCmd is a new command running path with args and cmd's files,
-// environment, folder and process attributes.
-func likeCmd(cmd *exec.Cmd, path string, args ...string) *exec.Cmd {
-	c := exec.Command(path, args...)
-	c.Stdin, c.Stdout, c.Stderr, c.Env, c.Dir, c.SysProcAttr = cmd.Stdin, cmd.Stdout, cmd.Stderr, cmd.Env, cmd.Dir, cmd.SysProcAttr
-	return c
 }
 
 func (g *launcherCgroup) report(err error) {

@@ -3,13 +3,14 @@ package controller
 import (
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/crashloop-harness/crashloop/pkg/spawn"
 )
 
 func TestFindCPUCgroup(t *testing.T) {
@@ -85,13 +86,11 @@ func TestLauncherCgroup(t *testing.T) {
 	}
 	again.closeFiles()
 
-	cmd := exec.Command("sleep", "30")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd, err = g.start(cmd)
+	p, err := spawn.Start(spawn.Spec{Path: "sleep", Args: []string{"30"}, Starter: g.start})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pid := cmd.Process.Pid
+	pid := p.PID()
 	// On v1 the launcher moves itself in first thing (through sh), so the
 	// move may lag Start by a moment.
 	var procs []byte
@@ -113,8 +112,8 @@ func TestLauncherCgroup(t *testing.T) {
 	}
 	// While it runs the cgroup cannot go.
 	busy := syscall.Rmdir(g.dir)
-	_ = cmd.Process.Kill()
-	_ = cmd.Wait()
+	_ = p.Signal(syscall.SIGKILL)
+	<-p.Done()
 	if !in || len(warned) > 0 {
 		t.Errorf("pid %d in %s: %v (cgroup.procs %q, warnings %v)", pid, g, in, procs, warned)
 	}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/crashloop-harness/crashloop/pkg/backoff"
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 )
 
 // Config configures a Controller. Durations are unscaled: the policy's
@@ -32,12 +33,11 @@ type Config struct {
 	Policy backoff.Policy
 	// Seed seeds every random draw (backoff jitter, QEMU timeout jitter,
 	// launcher seeds).
-	Seed uint64
-	// QEMUTimeout and QEMUTimeoutJitter are KubeVirt's launcher start
-	// timeout: base plus whole seconds in [0, jitter). Zero means 240 s and
-	// 120 s; a negative jitter means none.
-	QEMUTimeout       time.Duration
-	QEMUTimeoutJitter time.Duration
+	Seed launcherapi.Seed
+	// StartTimeout is KubeVirt's QEMU start timeout, drawn once per launch
+	// from the VM's random source and then scaled; the launcher gets it
+	// without further jitter. Zero means launcherapi.DefaultStartTimeout.
+	StartTimeout launcherapi.StartTimeout
 	// KillMargin is added to a VMI's (scaled) grace period before a
 	// launcher that ignores SIGTERM is killed; zero means 10 s.
 	KillMargin time.Duration
@@ -70,11 +70,8 @@ type Controller struct {
 
 // New checks cfg and opens the state folder; it starts nothing.
 func New(cfg Config) (*Controller, error) {
-	if cfg.QEMUTimeout == 0 {
-		cfg.QEMUTimeout = 240 * time.Second
-	}
-	if cfg.QEMUTimeoutJitter == 0 {
-		cfg.QEMUTimeoutJitter = 120 * time.Second
+	if cfg.StartTimeout == (launcherapi.StartTimeout{}) {
+		cfg.StartTimeout = launcherapi.DefaultStartTimeout
 	}
 	if cfg.KillMargin <= 0 {
 		cfg.KillMargin = 10 * time.Second
@@ -82,8 +79,8 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.WatchInterval <= 0 {
 		cfg.WatchInterval = 250 * time.Millisecond
 	}
-	if cfg.QEMUTimeout < 0 {
-		return nil, fmt.Errorf("QEMU timeout %s: must be positive", cfg.QEMUTimeout)
+	if err := cfg.StartTimeout.Validate(); err != nil {
+		return nil, fmt.Errorf("QEMU start timeout: %w", err)
 	}
 	if cfg.Policy.Scale < 0 {
 		return nil, fmt.Errorf("time scale %g: must be positive", cfg.Policy.Scale)
@@ -140,7 +137,7 @@ func (c *Controller) Run(ctx context.Context, manifests []Manifest) error {
 	defer os.Remove(c.store.SocketPath())
 	if c.cfg.Observer != nil {
 		c.cfg.Observer.Observe(Event{
-			Time: c.clock.Now(), Event: "ControllerStarted", TimeScale: c.timeScale(), Seed: c.cfg.Seed,
+			Time: c.clock.Now(), Event: EventControllerStarted, TimeScale: c.timeScale(), Seed: c.cfg.Seed,
 			Policy: c.cfg.Policy.String(), StateDir: c.store.Dir(),
 			Message: fmt.Sprintf("%d VMs, pid %d", len(c.workers), os.Getpid()),
 		})
@@ -343,7 +340,7 @@ func (c *Controller) reloadManifest(ctx context.Context, path string, f *manifes
 			f.invalid = msg
 			c.log.Error("manifest changed but is not usable; keeping the previous spec", "err", err)
 			if c.cfg.Observer != nil {
-				c.cfg.Observer.Observe(Event{Time: c.clock.Now(), Event: "ManifestInvalid", Message: msg,
+				c.cfg.Observer.Observe(Event{Time: c.clock.Now(), Event: EventManifestInvalid, Message: msg,
 					TimeScale: c.timeScale(), Seed: c.cfg.Seed})
 			}
 		}

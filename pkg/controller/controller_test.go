@@ -25,7 +25,7 @@ func TestCrashLoopFollowsScaledBackoff(t *testing.T) {
 	h.waitFor("crashy", 5*time.Second, "CrashLoopBackOff", func(s *Snapshot) bool {
 		return s.VM.Status.PrintableStatus == v1.VirtualMachineStatusCrashLoopBackOff
 	})
-	plans, starts := h.eventsOf("crashy", "BackoffPlanned"), h.eventsOf("crashy", "Started")
+	plans, starts := h.eventsOf("crashy", EventBackoffPlanned), h.eventsOf("crashy", EventStarted)
 	if len(plans) < 3 || len(starts) < 4 {
 		t.Fatalf("%d BackoffPlanned, %d Started events", len(plans), len(starts))
 	}
@@ -46,7 +46,7 @@ func TestCrashLoopFollowsScaledBackoff(t *testing.T) {
 			t.Errorf("event lacks seed/scale: %+v", p)
 		}
 	}
-	ex := h.eventsOf("crashy", "Exited")[0]
+	ex := h.eventsOf("crashy", EventExited)[0]
 	if ex.ExitCode == nil || *ex.ExitCode != 2 || ex.Reason != "LauncherCrashed" {
 		t.Errorf("first exit: code %v reason %q, want 2 LauncherCrashed", ex.ExitCode, ex.Reason)
 	}
@@ -99,8 +99,8 @@ func TestRemovingTheAnnotationRecovers(t *testing.T) {
 	if s.VM.Status.StartFailure != nil {
 		t.Errorf("startFailure not cleared on Running: %+v", s.VM.Status.StartFailure)
 	}
-	if len(h.eventsOf("crashy", "ManifestChanged")) != 1 {
-		t.Errorf("ManifestChanged events: %d", len(h.eventsOf("crashy", "ManifestChanged")))
+	if len(h.eventsOf("crashy", EventManifestChanged)) != 1 {
+		t.Errorf("ManifestChanged events: %d", len(h.eventsOf("crashy", EventManifestChanged)))
 	}
 	if s.VM.Generation < 2 {
 		t.Errorf("generation %d after an edit", s.VM.Generation)
@@ -219,7 +219,7 @@ func TestKilledControllerResumesBackoffAndAdoptsLaunchers(t *testing.T) {
 
 	h2 := startHarness(t, cfg, crashy, steady)
 	s := h2.waitFor("crashy", 10*time.Second, "4 failures", func(s *Snapshot) bool { return failCountOf(s) >= 4 })
-	starts := h2.eventsOf("crashy", "Started")
+	starts := h2.eventsOf("crashy", EventStarted)
 	if len(starts) == 0 || starts[0].Time.Before(retryAfter) {
 		t.Fatalf("restarted controller launched at %v, before the saved retry time %v", starts[0].Time, retryAfter)
 	}
@@ -230,7 +230,7 @@ func TestKilledControllerResumesBackoffAndAdoptsLaunchers(t *testing.T) {
 		t.Errorf("after resume: %s; saved attempt was %d", describe(s), rec.Attempt)
 	}
 	adopted := h2.waitFor("steady", 5*time.Second, "adopted", func(s *Snapshot) bool { return s.LauncherPID == running.LauncherPID })
-	if adopted.Attempt != 1 || len(h2.eventsOf("steady", "Adopted")) != 1 {
+	if adopted.Attempt != 1 || len(h2.eventsOf("steady", EventAdopted)) != 1 {
 		t.Errorf("steady after resume: %s", describe(adopted))
 	}
 	// Stopping the adopted VMI reaches its launcher.

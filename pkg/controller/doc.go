@@ -7,9 +7,11 @@
 //
 // # Shape
 //
-// One worker goroutine owns each VM (worker.go). Everything that changes a
-// VM — a launcher event, a launcher exit, a timer, a command from a second
-// terminal, an edited manifest — arrives on the worker's channels, and
+// One worker goroutine owns each VM (worker.go; its jobs are one file
+// each: reconcile.go, start.go, stop.go, apply.go, manual.go, status.go,
+// flush.go, timers.go). Everything that changes a VM — a launcher event,
+// a launcher exit, a timer, a command from a second terminal, an edited
+// manifest — arrives on the worker's channels, and
 // after each the worker settles: it reconciles, then persists, publishes a
 // Snapshot, reports Events and answers commands, in that order, so that an
 // answer or an event never shows a state that is not on disk yet. No lock

@@ -1,54 +1,58 @@
 package controller
 
-import (
-	"encoding/json"
-	"errors"
-	"fmt"
-	"time"
-)
+import "github.com/crashloop-harness/crashloop/pkg/launcherapi"
 
-// Launcher event names, one per line of a virt-launcher's stdout.
+// EventKind names an Event: one of the controller's own changes, or a
+// launcher event passed on under the contract's name (launcherapi).
+type EventKind string
+
+// The controller's own events.
 const (
-	EventScheduled  = "Scheduled"
-	EventRunning    = "Running"
-	EventGuestReady = "GuestReady"
-	EventFaultFired = "FaultFired"
-	EventSucceeded  = "Succeeded"
-	EventFailed     = "Failed"
+	// EventControllerStarted opens a run: policy, seed, time scale, state
+	// folder.
+	EventControllerStarted EventKind = "ControllerStarted"
+	// EventStarted is a new VMI with its launcher (or a launcher that
+	// could not be started, then followed by EventExited).
+	EventStarted EventKind = "Started"
+	// EventExited is the end of a launcher process, with its exit code.
+	EventExited EventKind = "Exited"
+	// EventBackoffPlanned is a counted failure and the delay drawn for it.
+	EventBackoffPlanned EventKind = "BackoffPlanned"
+	// EventGaveUp is a counted failure after which the give-up rule stops
+	// the retries.
+	EventGaveUp EventKind = "GaveUp"
+	// EventRecordCleared is the start-failure record cleared (the VMI ran
+	// long enough, or a manual operation).
+	EventRecordCleared EventKind = "RecordCleared"
+	// EventStopRequested, EventStartRequested and EventRestartRequested
+	// are the manual operations.
+	EventStopRequested    EventKind = "StopRequested"
+	EventStartRequested   EventKind = "StartRequested"
+	EventRestartRequested EventKind = "RestartRequested"
+	// EventManifestChanged is a reloaded manifest file; EventManifestInvalid
+	// one that changed but does not parse.
+	EventManifestChanged EventKind = "ManifestChanged"
+	EventManifestInvalid EventKind = "ManifestInvalid"
+	// EventAdopted is a launcher left by an earlier controller run.
+	EventAdopted EventKind = "Adopted"
+	// EventStoppedForShutdown is a VMI stopped with the controller.
+	EventStoppedForShutdown EventKind = "StoppedForShutdown"
+	// EventError is a failure of the controller itself (saving state).
+	EventError EventKind = "Error"
 )
 
-// LauncherEvent is one JSON line a virt-launcher writes on stdout. Fields
-// the controller does not use are ignored.
-type LauncherEvent struct {
-	// Time is when the launcher saw it.
-	Time time.Time `json:"time"`
-	// Event is one of the Event* names.
-	Event string `json:"event"`
-	// VMI, Namespace and UID identify the VMI.
-	VMI       string `json:"vmi"`
-	Namespace string `json:"namespace"`
-	UID       string `json:"uid"`
-	// Phase is the VMI phase after the event.
-	Phase string `json:"phase"`
-	// Reason and Message explain a failure or a fault.
-	Reason  string `json:"reason"`
-	Message string `json:"message"`
-	// ExitCode is the launcher's exit code, on final events.
-	ExitCode *int `json:"exitCode,omitempty"`
-}
+// Launcher events the controller passes on, under the contract's names.
+const (
+	EventScheduled  EventKind = launcherapi.EventScheduled
+	EventRunning    EventKind = launcherapi.EventRunning
+	EventGuestReady EventKind = launcherapi.EventGuestReady
+	EventFaultFired EventKind = launcherapi.EventFaultFired
+	EventSucceeded  EventKind = launcherapi.EventSucceeded
+	EventFailed     EventKind = launcherapi.EventFailed
+)
 
-// ParseEvent decodes one line of launcher output. A line that is not a JSON
-// object with an event name is an error (the caller logs and skips it).
-func ParseEvent(line []byte) (LauncherEvent, error) {
-	var ev LauncherEvent
-	if err := json.Unmarshal(line, &ev); err != nil {
-		return LauncherEvent{}, fmt.Errorf("launcher event line %.80q: %w", line, err)
-	}
-	if ev.Event == "" {
-		return LauncherEvent{}, errors.New("launcher event line has no \"event\" field")
-	}
-	return ev, nil
+// ManualOperation reports whether k is one of the manual operations, after
+// which the next start is not a retry.
+func (k EventKind) ManualOperation() bool {
+	return k == EventStopRequested || k == EventStartRequested || k == EventRestartRequested
 }
-
-// Final reports whether the event ends the VMI.
-func (e LauncherEvent) Final() bool { return e.Event == EventSucceeded || e.Event == EventFailed }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 )
 
 // The test binary doubles as a fake virt-launcher (FAKE_LAUNCHER=1), so
@@ -34,27 +36,27 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func fakeLauncher(args []string) int {
-	attempt := 1
-	for i, a := range args {
-		if a == "--attempt" && i+1 < len(args) {
-			attempt, _ = strconv.Atoi(args[i+1])
-		}
-	}
-	data, err := os.ReadFile(args[len(args)-1])
+func fakeLauncher(argv []string) int {
+	args, err := launcherapi.ParseArgs(argv, launcherapi.DefaultArgs(), os.Stderr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		return 4
+		return int(launcherapi.ExitUsage)
+	}
+	attempt := args.Attempt
+	data, err := os.ReadFile(args.Manifest)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return int(launcherapi.ExitInputUnreadable)
 	}
 	vmi := &v1.VirtualMachineInstance{}
 	if err := json.Unmarshal(data, vmi); err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		return 5
+		return int(launcherapi.ExitInvalidManifest)
 	}
 	emit := func(event, phase, reason string, code *int) {
-		line, _ := json.Marshal(map[string]any{"time": time.Now().Format(time.RFC3339Nano), "event": event,
-			"vmi": vmi.Name, "namespace": vmi.Namespace, "uid": vmi.UID, "phase": phase, "reason": reason, "exitCode": code})
-		os.Stdout.Write(append(line, '\n'))
+		line, _ := launcherapi.Event{Time: time.Now(), Event: event, VMI: vmi.Name, Namespace: vmi.Namespace,
+			UID: string(vmi.UID), Phase: phase, Attempt: attempt, Reason: reason, ExitCode: code}.MarshalLine()
+		os.Stdout.Write(line)
 	}
 	code := func(c int) *int { return &c }
 	behavior := vmi.Annotations[fakeBehavior]
@@ -64,20 +66,20 @@ func fakeLauncher(args []string) int {
 	if n, ok := strings.CutPrefix(behavior, "fail-attempts="); ok {
 		if limit, _ := strconv.Atoi(n); attempt <= limit {
 			fmt.Fprintln(os.Stderr, "panic: fake launcher crash")
-			return 2
+			return int(launcherapi.ExitPanic)
 		}
 		behavior = "run"
 	}
-	emit("Scheduled", "Scheduled", "", nil)
+	emit(launcherapi.EventScheduled, launcherapi.PhaseScheduled, "", nil)
 	if behavior == "fail-start" {
-		emit("Failed", "Failed", "QemuStartTimeout", code(10))
-		return 10
+		emit(launcherapi.EventFailed, launcherapi.PhaseFailed, launcherapi.ReasonQemuStartTimeout, code(int(launcherapi.ExitQemuStartTimeout)))
+		return int(launcherapi.ExitQemuStartTimeout)
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM)
 	time.Sleep(5 * time.Millisecond)
-	emit("Running", "Running", "", nil)
-	emit("GuestReady", "Running", "", nil)
+	emit(launcherapi.EventRunning, launcherapi.PhaseRunning, "", nil)
+	emit(launcherapi.EventGuestReady, launcherapi.PhaseRunning, "", nil)
 	var after <-chan time.Time
 	if d, ok := strings.CutPrefix(behavior, "succeed-after="); ok {
 		dur, _ := time.ParseDuration(d)
@@ -85,9 +87,9 @@ func fakeLauncher(args []string) int {
 	}
 	select {
 	case <-sig:
-		emit("Succeeded", "Succeeded", "Stopped", code(0))
+		emit(launcherapi.EventSucceeded, launcherapi.PhaseSucceeded, launcherapi.ReasonStopped, code(0))
 	case <-after:
-		emit("Succeeded", "Succeeded", "GuestShutdown", code(0))
+		emit(launcherapi.EventSucceeded, launcherapi.PhaseSucceeded, launcherapi.ReasonGuestShutdown, code(0))
 	}
 	return 0
 }

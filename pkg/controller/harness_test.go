@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/crashloop-harness/crashloop/pkg/backoff"
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 )
 
 // harness runs one Controller over fake launchers for a test.
@@ -54,9 +55,9 @@ func testConfig(stateDir string, scale float64) Config {
 	self, _ := os.Executable()
 	return Config{
 		StateDir: stateDir, Seed: 42,
-		Launcher:    LauncherOptions{Path: self, Env: []string{"FAKE_LAUNCHER=1"}, PollInterval: 10 * time.Millisecond},
-		Policy:      backoff.Policy{Scale: scale},
-		QEMUTimeout: time.Second, QEMUTimeoutJitter: -1,
+		Launcher:      LauncherOptions{Path: self, Env: []string{"FAKE_LAUNCHER=1"}, PollInterval: 10 * time.Millisecond},
+		Policy:        backoff.Policy{Scale: scale},
+		StartTimeout:  launcherapi.FixedStartTimeout(time.Second),
 		KillMargin:    2 * time.Second,
 		WatchInterval: 20 * time.Millisecond,
 	}
@@ -127,7 +128,7 @@ func (h *harness) waitFor(name string, timeout time.Duration, what string, cond 
 	}
 }
 
-func (h *harness) eventsOf(name, kind string) []Event {
+func (h *harness) eventsOf(name string, kind EventKind) []Event {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []Event

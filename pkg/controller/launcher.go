@@ -4,12 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -19,6 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
+	"github.com/crashloop-harness/crashloop/pkg/spawn"
 )
 
 // LauncherOptions say how to run virt-launcher.
@@ -75,11 +75,9 @@ type LauncherRef struct {
 	StartedAt time.Time `json:"startedAt"`
 }
 
-// EventsPath is the launcher's stdout: one JSON event per line.
-func (r LauncherRef) EventsPath() string { return filepath.Join(r.Dir, "events.jsonl") }
-
-// LogPath is the launcher's stderr.
-func (r LauncherRef) LogPath() string { return filepath.Join(r.Dir, "launcher.log") }
+// Folder is the launcher's launch folder (launcherapi.Dir): its VMI, its
+// events (stdout), its log (stderr) and the guest's console.
+func (r LauncherRef) Folder() launcherapi.Dir { return launcherapi.Dir(r.Dir) }
 
 // Alive reports whether the process is still the one that was started.
 func (r LauncherRef) Alive() bool {
@@ -124,63 +122,60 @@ func procStat(pid int) (startTicks uint64, state byte, err error) {
 // launchRequest is one launch of one VMI.
 type launchRequest struct {
 	VMI         *v1.VirtualMachineInstance
-	Dir         string
+	Dir         launcherapi.Dir
 	Attempt     int
-	Seed        uint64
+	Seed        launcherapi.Seed
 	QEMUTimeout time.Duration
 	GracePeriod time.Duration
 	Now         time.Time
 }
 
 // launcherArgs builds the launcher's command line. The controller has
-// already jittered the timeout, so the launcher adds none (as KubeVirt's
-// controller does when it renders the pod).
-func launcherArgs(o LauncherOptions, r launchRequest, manifest string) []string {
-	args := []string{
-		"--qemu-timeout", r.QEMUTimeout.String(),
-		"--qemu-timeout-jitter", "0s",
-		"--seed", strconv.FormatUint(r.Seed, 10),
-		"--attempt", strconv.Itoa(r.Attempt),
-		"--console-log", filepath.Join(r.Dir, "console.log"),
-		"--grace-period", r.GracePeriod.String(),
-	}
-	args = append(args, o.Args...)
-	return append(args, manifest)
+// already drawn the timeout, so the launcher adds no jitter (as KubeVirt's
+// controller does when it renders the pod). o.Args come last, so that
+// they win.
+func launcherArgs(o LauncherOptions, r launchRequest) []string {
+	grace := r.GracePeriod
+	return launcherapi.Args{
+		Manifest: r.Dir.Manifest(), ConsoleLog: r.Dir.Console(), StartTimeout: launcherapi.FixedStartTimeout(r.QEMUTimeout),
+		GracePeriod: &grace, Seed: r.Seed, Attempt: r.Attempt, Extra: o.Args,
+	}.Build()
 }
 
 // startLauncher writes the VMI into a fresh folder and starts virt-launcher
-// on it in its own process group, so that a terminal's Ctrl-C or a SIGKILL
-// of the controller does not reach it (a pod outlives its controller too).
-func startLauncher(o LauncherOptions, r launchRequest) (*LauncherRef, *exec.Cmd, error) {
+// on it (spawn.Start: in its own process group, so that a terminal's
+// Ctrl-C or a SIGKILL of the controller does not reach it; a pod outlives
+// its controller too).
+func startLauncher(o LauncherOptions, r launchRequest) (*LauncherRef, *spawn.Process, error) {
 	data, err := json.MarshalIndent(r.VMI, "", "  ")
 	if err != nil {
 		return nil, nil, fmt.Errorf("encoding VMI %s: %w", r.VMI.UID, err)
 	}
-	ref := &LauncherRef{Dir: r.Dir, UID: r.VMI.UID, StartedAt: r.Now}
-	manifest := filepath.Join(r.Dir, "vmi.json")
-	stdout, stderr, err := createLauncherFiles(ref, manifest, data)
+	ref := &LauncherRef{Dir: string(r.Dir), UID: r.VMI.UID, StartedAt: r.Now}
+	stdout, stderr, err := createLauncherFiles(r.Dir, data)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer stdout.Close()
 	defer stderr.Close()
-	cmd := exec.Command(o.Path, launcherArgs(o, r, manifest)...)
+	spec := spawn.Spec{Path: o.Path, Args: launcherArgs(o, r), Env: o.Env, Stdout: stdout, Stderr: stderr}
 	if o.Nice > 0 {
 		if nice, err := exec.LookPath("nice"); err == nil {
-			cmd = exec.Command(nice, append([]string{"-n", strconv.Itoa(o.Nice), "--", o.Path}, launcherArgs(o, r, manifest)...)...)
+			spec.Path, spec.Args = nice, append([]string{"-n", strconv.Itoa(o.Nice), "--", o.Path}, spec.Args...)
 		}
 	}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	cmd.Env = append(os.Environ(), o.Env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if cmd, err = o.cgroup.start(cmd); err != nil {
-		return nil, nil, fmt.Errorf("starting %s: %w", o.Path, err)
+	if o.cgroup != nil {
+		spec.Starter = o.cgroup.start
 	}
-	ref.PID = cmd.Process.Pid
+	proc, err := spawn.Start(spec)
+	if err != nil {
+		return nil, nil, err
+	}
+	ref.PID = proc.PID()
 	if ticks, _, err := procStat(ref.PID); err == nil {
 		ref.StartTicks = ticks
 	}
-	return ref, cmd, nil
+	return ref, proc, nil
 }
 
 // createSlots bounds how many threads create files at once, one per CPU.
@@ -197,20 +192,20 @@ var createSlots = make(chan struct{}, max(2, runtime.GOMAXPROCS(0)))
 
 // createLauncherFiles makes the launcher's folder, writes its VMI manifest
 // and opens its stdout and stderr files.
-func createLauncherFiles(ref *LauncherRef, manifest string, vmi []byte) (stdout, stderr *os.File, err error) {
+func createLauncherFiles(dir launcherapi.Dir, vmi []byte) (stdout, stderr *os.File, err error) {
 	createSlots <- struct{}{}
 	defer func() { <-createSlots }()
-	if err := os.MkdirAll(ref.Dir, 0o755); err != nil {
+	if err := os.MkdirAll(string(dir), 0o755); err != nil {
 		return nil, nil, fmt.Errorf("launcher folder: %w", err)
 	}
-	if err := os.WriteFile(manifest, vmi, 0o644); err != nil {
+	if err := os.WriteFile(dir.Manifest(), vmi, 0o644); err != nil {
 		return nil, nil, fmt.Errorf("writing VMI manifest: %w", err)
 	}
-	stdout, err = os.OpenFile(ref.EventsPath(), os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o644)
+	stdout, err = os.OpenFile(dir.Events(), os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, nil, fmt.Errorf("launcher events file: %w", err)
 	}
-	stderr, err = os.OpenFile(ref.LogPath(), os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o644)
+	stderr, err = os.OpenFile(dir.Log(), os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o644)
 	if err != nil {
 		stdout.Close()
 		return nil, nil, fmt.Errorf("launcher log file: %w", err)
@@ -221,7 +216,7 @@ func createLauncherFiles(ref *LauncherRef, manifest string, vmi []byte) (stdout,
 // launcherUpdate is what a watcher reports about one launcher.
 type launcherUpdate struct {
 	uid    types.UID
-	events []LauncherEvent
+	events []launcherapi.Event
 	// exited is set once, with the exit description.
 	exited   bool
 	exitCode int
@@ -235,11 +230,11 @@ type eventReader struct {
 	bad     int
 }
 
-func (er *eventReader) read() []LauncherEvent {
+func (er *eventReader) read() []launcherapi.Event {
 	if er.f == nil {
 		return nil
 	}
-	var out []LauncherEvent
+	var out []launcherapi.Event
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := er.f.Read(buf)
@@ -258,7 +253,7 @@ func (er *eventReader) read() []LauncherEvent {
 		if len(line) == 0 {
 			continue
 		}
-		if ev, err := ParseEvent(line); err == nil {
+		if ev, err := launcherapi.ParseEvent(line); err == nil {
 			out = append(out, ev)
 		} else {
 			er.bad++
@@ -268,10 +263,10 @@ func (er *eventReader) read() []LauncherEvent {
 }
 
 // flush returns a final unterminated line, if any, once the writer is gone.
-func (er *eventReader) flush() []LauncherEvent {
+func (er *eventReader) flush() []launcherapi.Event {
 	out := er.read()
 	if line := bytes.TrimSpace(er.partial); len(line) > 0 {
-		if ev, err := ParseEvent(line); err == nil {
+		if ev, err := launcherapi.ParseEvent(line); err == nil {
 			out = append(out, ev)
 		}
 		er.partial = nil
@@ -283,16 +278,15 @@ func (er *eventReader) flush() []LauncherEvent {
 // new events as they appear in the events file and, once, the exit. cmd is
 // nil for a launcher adopted after a controller restart; it is not our
 // child, so its exit is noticed through /proc and its exit code is unknown.
-func watchLauncher(ctx context.Context, clk clock.WithTicker, poll time.Duration, ref LauncherRef, cmd *exec.Cmd, send func(launcherUpdate) bool) {
+func watchLauncher(ctx context.Context, clk clock.WithTicker, poll time.Duration, ref LauncherRef, proc *spawn.Process, send func(launcherUpdate) bool) {
 	er := &eventReader{}
-	if f, err := os.Open(ref.EventsPath()); err == nil {
+	if f, err := os.Open(ref.Folder().Events()); err == nil {
 		er.f = f
 		defer f.Close()
 	}
-	done := make(chan struct{})
-	var waitErr error
-	if cmd != nil {
-		go func() { waitErr = cmd.Wait(); close(done) }()
+	var done <-chan struct{}
+	if proc != nil {
+		done = proc.Done()
 	}
 	// Poll the events file at poll while it grows, backing off to 8x poll
 	// while it is quiet: a thousand idle launchers must not keep the
@@ -317,15 +311,15 @@ func watchLauncher(ctx context.Context, clk clock.WithTicker, poll time.Duration
 		case <-done:
 			exited = true
 		case <-timer.C():
-			exited = cmd == nil && !ref.Alive()
+			exited = proc == nil && !ref.Alive()
 			timer.Reset(interval)
 		}
 		if !exited {
 			continue
 		}
 		up := launcherUpdate{uid: ref.UID, events: er.flush(), exited: true, exitCode: -1}
-		if cmd != nil {
-			up.exitCode, up.exitDesc = describeExit(cmd.ProcessState, waitErr)
+		if proc != nil {
+			up.exitCode, up.exitDesc = proc.Exit().Code, proc.Exit().String()
 		} else {
 			up.exitDesc = "exited while the controller was away (exit code unknown)"
 		}
@@ -334,30 +328,16 @@ func watchLauncher(ctx context.Context, clk clock.WithTicker, poll time.Duration
 	}
 }
 
-func describeExit(ps *os.ProcessState, waitErr error) (int, string) {
-	if ps == nil {
-		return -1, fmt.Sprintf("wait failed: %v", waitErr)
-	}
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal()), "killed by signal " + ws.Signal().String()
-	}
-	var ee *exec.ExitError
-	if waitErr != nil && !errors.As(waitErr, &ee) {
-		return ps.ExitCode(), waitErr.Error()
-	}
-	return ps.ExitCode(), fmt.Sprintf("exit code %d", ps.ExitCode())
-}
-
-// tail returns the last n bytes of a file, for messages.
-func tail(path string, n int64) string {
-	f, err := os.Open(path)
-	if err != nil {
+// lastLogLine is the end of a launcher's log, for the message of a
+// launcher that crashed: its last line, at most 300 bytes of it.
+func lastLogLine(dir launcherapi.Dir) string {
+	lines, _ := spawn.Tail(dir.Log(), 1)
+	if len(lines) == 0 {
 		return ""
 	}
-	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.Size() > n {
-		_, _ = f.Seek(-n, io.SeekEnd)
+	l := strings.TrimSpace(lines[0])
+	if len(l) > 300 {
+		l = l[len(l)-300:]
 	}
-	b, _ := io.ReadAll(f)
-	return strings.TrimSpace(string(b))
+	return l
 }

@@ -200,3 +200,20 @@ func strategyList() string {
 	}
 	return strings.Join(names, ", ")
 }
+
+// applyManifest takes a changed manifest's spec, keeping the status: an
+// edited template does not clear the start-failure record, and the next
+// VMI is made from the new template.
+func (w *worker) applyManifest(m *Manifest) string {
+	if m.Digest == w.rec.ManifestDigest {
+		return "unchanged"
+	}
+	old := w.rec.VM
+	vm := m.VM.DeepCopy()
+	vm.Status = old.Status
+	vm.UID, vm.CreationTimestamp, vm.Generation = old.UID, old.CreationTimestamp, old.Generation+1
+	w.rec.VM, w.rec.ManifestDigest = vm, m.Digest
+	msg := fmt.Sprintf("spec reloaded from %s (generation %d)", m.Source(), vm.Generation)
+	w.note(Event{Event: EventManifestChanged, Message: msg})
+	return msg
+}

@@ -5,6 +5,8 @@ import (
 	"io"
 	"sync"
 	"time"
+
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 )
 
 // Event is one state change of one VM, as written by JSONLines. It carries
@@ -13,10 +15,8 @@ import (
 type Event struct {
 	// Time is when the controller made the change.
 	Time time.Time `json:"time"`
-	// Event names the change: ControllerStarted, Started, Phase, Exited,
-	// BackoffPlanned, RecordCleared, GaveUp, StopRequested, StartRequested,
-	// RestartRequested, ManifestChanged, ManifestInvalid, Adopted, Error.
-	Event string `json:"event"`
+	// Event names the change (the Event* kinds).
+	Event EventKind `json:"event"`
 	// VM is "namespace/name" (empty for controller-wide events).
 	VM string `json:"vm,omitempty"`
 	// Attempt is the launch number of the VMI concerned.
@@ -40,7 +40,7 @@ type Event struct {
 	// TimeScale is the --time-scale in force.
 	TimeScale float64 `json:"timeScale"`
 	// Seed is the --seed in force.
-	Seed uint64 `json:"seed"`
+	Seed launcherapi.Seed `json:"seed"`
 	// Reason and Message explain the change.
 	Reason  string `json:"reason,omitempty"`
 	Message string `json:"message,omitempty"`

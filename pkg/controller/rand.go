@@ -3,6 +3,8 @@ package controller
 import (
 	"hash/fnv"
 	"math/rand/v2"
+
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 )
 
 // countingSource is a PCG source that counts its draws, so that a VM's
@@ -21,8 +23,8 @@ func (s *countingSource) Uint64() uint64 {
 // vmRand returns the random source of one VM: seeded by the controller's
 // seed and the VM's key, so each VM's jitter is reproducible however VMs
 // interleave, advanced past the draws already made.
-func vmRand(seed uint64, k Key, draws uint64) (*rand.Rand, *countingSource) {
-	src := &countingSource{pcg: rand.NewPCG(seed, hashKey(k))}
+func vmRand(seed launcherapi.Seed, k Key, draws uint64) (*rand.Rand, *countingSource) {
+	src := &countingSource{pcg: rand.NewPCG(uint64(seed), hashKey(k))}
 	for range draws {
 		src.Uint64()
 	}
@@ -42,13 +44,13 @@ func hashKey(k Key) uint64 {
 // ("N*") without state by replaying the draws of earlier attempts with its
 // own seed, which only matches what those attempts drew if they had the
 // same seed. A seed per attempt let "50%2*" fire three or four times.
-func launcherSeed(seed uint64, k Key, _ int) uint64 {
-	x := seed ^ hashKey(k)
+func launcherSeed(seed launcherapi.Seed, k Key, _ int) launcherapi.Seed {
+	x := uint64(seed) ^ hashKey(k)
 	// splitmix64 finaliser
 	x ^= x >> 30
 	x *= 0xbf58476d1ce4e5b9
 	x ^= x >> 27
 	x *= 0x94d049bb133111eb
 	x ^= x >> 31
-	return x&(1<<63-1) | 1 // never 0, which the launcher reads as "pick one"
+	return launcherapi.Seed(x&(1<<63-1) | 1) // never 0, which the launcher reads as "pick one"
 }

@@ -19,6 +19,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/crashloop-harness/crashloop/pkg/backoff"
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 )
 
 // recordVersion is the version of the on-disk Record format.
@@ -122,8 +123,14 @@ func (s *Store) recordPath(k Key) string {
 }
 
 // LauncherDir is the folder for one launched VMI of k.
-func (s *Store) LauncherDir(k Key, attempt int, uid string) string {
-	return filepath.Join(s.dir, "launchers", k.fileName(), fmt.Sprintf("%d-%s", attempt, uid))
+func (s *Store) LauncherDir(k Key, attempt int, uid string) launcherapi.Dir {
+	return LauncherDir(s.dir, k, attempt, uid)
+}
+
+// LauncherDir is the launch folder of one VMI of k in the state folder
+// stateDir.
+func LauncherDir(stateDir string, k Key, attempt int, uid string) launcherapi.Dir {
+	return launcherapi.Dir(filepath.Join(stateDir, "launchers", k.fileName(), fmt.Sprintf("%d-%s", attempt, uid)))
 }
 
 // Load reads k's record; it returns (nil, nil) when there is none.

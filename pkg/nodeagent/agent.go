@@ -37,6 +37,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 	"kubevirt.io/client-go/kubecli"
 
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/spawn"
 )
 
@@ -334,7 +335,7 @@ func (a *Agent) newContainer(pod *k8sv1.Pod, vmi *v1.VirtualMachineInstance, arg
 	c := &container{
 		podKey: types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, podUID: pod.UID,
 		vmiKey: types.NamespacedName{Namespace: vmi.Namespace, Name: vmi.Name}, vmiUID: vmi.UID,
-		args: args, dir: filepath.Join(a.cfg.WorkDir, pod.Namespace+"_"+pod.Name+"_"+string(pod.UID)),
+		args: args, dir: launcherapi.Dir(filepath.Join(a.cfg.WorkDir, pod.Namespace+"_"+pod.Name+"_"+string(pod.UID))),
 		startedAt: time.Now(), done: make(chan struct{}),
 	}
 	a.containers[pod.UID] = c

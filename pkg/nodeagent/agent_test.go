@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	v1 "kubevirt.io/api/core/v1"
 
-	"github.com/crashloop-harness/crashloop/pkg/controller"
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 )
 
 func launcherPod(command ...string) *k8sv1.Pod {
@@ -33,7 +33,7 @@ func TestParseLaunchArgs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if la.SimulateCrash || la.QEMUTimeout != "283s" || la.GracePeriod != 45*time.Second {
+	if la.SimulateCrash || la.QEMUTimeout != 283*time.Second || la.GracePeriod != 45*time.Second {
 		t.Fatalf("got %+v", la)
 	}
 	la, err = parseLaunchArgs(launcherPod(append(kubevirt, "--simulate-crash")...))
@@ -87,8 +87,8 @@ func TestPodStatus(t *testing.T) {
 }
 
 func TestVMITransition(t *testing.T) {
-	failed := &controller.LauncherEvent{Event: controller.EventFailed, Reason: "QemuFailed", Message: "no kernel"}
-	succeeded := &controller.LauncherEvent{Event: controller.EventSucceeded, Reason: "GuestShutdown"}
+	failed := &launcherapi.Event{Event: launcherapi.EventFailed, Reason: launcherapi.ReasonQemuFailed, Message: "no kernel"}
+	succeeded := &launcherapi.Event{Event: launcherapi.EventSucceeded, Reason: launcherapi.ReasonGuestShutdown}
 	cases := []struct {
 		name  string
 		phase v1.VirtualMachineInstancePhase

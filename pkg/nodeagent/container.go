@@ -1,20 +1,15 @@
 package nodeagent
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	k8sv1 "k8s.io/api/core/v1"
@@ -22,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	v1 "kubevirt.io/api/core/v1"
 
-	"github.com/crashloop-harness/crashloop/pkg/controller"
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/spawn"
 )
 
@@ -37,7 +32,7 @@ type launchArgs struct {
 	// kubevirt.io/func-test-virt-launcher-fail-fast annotation).
 	SimulateCrash bool
 	// QEMUTimeout is --qemu-timeout; KubeVirt has already added its jitter.
-	QEMUTimeout string
+	QEMUTimeout time.Duration
 	// GracePeriod is --grace-period-seconds.
 	GracePeriod time.Duration
 }
@@ -73,10 +68,11 @@ func parseLaunchArgs(pod *k8sv1.Pod) (launchArgs, error) {
 			if err != nil {
 				return launchArgs{}, err
 			}
-			if _, err := time.ParseDuration(v); err != nil {
+			d, err := time.ParseDuration(v)
+			if err != nil {
 				return launchArgs{}, fmt.Errorf("pod %s/%s: --qemu-timeout %q: %w", pod.Namespace, pod.Name, v, err)
 			}
-			la.QEMUTimeout = v
+			la.QEMUTimeout = d
 		case "--grace-period-seconds":
 			v, err := value()
 			if err != nil {
@@ -100,13 +96,13 @@ type container struct {
 	vmiKey types.NamespacedName
 	vmiUID types.UID
 	args   launchArgs
-	dir    string
+	dir    launcherapi.Dir
 
 	mu        sync.Mutex
-	startedAt time.Time // when the container started (pod Running)
-	cmd       *exec.Cmd // nil until the launcher is started
-	running   bool      // the launcher reported Running
-	final     *controller.LauncherEvent
+	startedAt time.Time      // when the container started (pod Running)
+	proc      *spawn.Process // nil until the launcher is started
+	running   bool           // the launcher reported Running
+	final     *launcherapi.Event
 	exited    bool
 	exitCode  int
 	endedAt   time.Time
@@ -119,7 +115,7 @@ type snapshot struct {
 	StartedAt time.Time
 	Launched  bool
 	Running   bool
-	Final     *controller.LauncherEvent
+	Final     *launcherapi.Event
 	Exited    bool
 	ExitCode  int
 	EndedAt   time.Time
@@ -128,7 +124,7 @@ type snapshot struct {
 func (c *container) snapshot() snapshot {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return snapshot{StartedAt: c.startedAt, Launched: c.cmd != nil, Running: c.running, Final: c.final,
+	return snapshot{StartedAt: c.startedAt, Launched: c.proc != nil, Running: c.running, Final: c.final,
 		Exited: c.exited, ExitCode: c.exitCode, EndedAt: c.endedAt}
 }
 
@@ -150,105 +146,90 @@ func launcherManifest(vmi *v1.VirtualMachineInstance) ([]byte, error) {
 	return json.MarshalIndent(m, "", "  ")
 }
 
+// launchArgs is our virt-launcher's command line for this container.
+func (c *container) launcherArgs(cfg *Config) launcherapi.Args {
+	a := launcherapi.Args{Manifest: c.dir.Manifest(), EventFormat: launcherapi.FormatJSON, ConsoleLog: c.dir.Console(),
+		SimulateCrash: c.args.SimulateCrash, Extra: cfg.LauncherArgs}
+	if c.args.QEMUTimeout > 0 {
+		a.StartTimeout = launcherapi.FixedStartTimeout(c.args.QEMUTimeout)
+	}
+	if g := c.args.GracePeriod; g > 0 {
+		a.GracePeriod = &g
+	}
+	return a
+}
+
 // launch starts our virt-launcher for vmi. notify is called whenever the
 // container's state changes (an event line, the exit).
 func (c *container) launch(cfg *Config, sp *spawn.Spawner, vmi *v1.VirtualMachineInstance, notify func()) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.cmd != nil || c.exited {
+	if c.proc != nil || c.exited {
 		return nil
 	}
-	if err := os.MkdirAll(c.dir, 0o755); err != nil {
+	if err := os.MkdirAll(string(c.dir), 0o755); err != nil {
 		return fmt.Errorf("creating launcher folder: %w", err)
 	}
 	data, err := launcherManifest(vmi)
 	if err != nil {
 		return fmt.Errorf("encoding VMI %s: %w", c.vmiKey, err)
 	}
-	manifest := filepath.Join(c.dir, "vmi.json")
-	if err := os.WriteFile(manifest, data, 0o644); err != nil {
+	if err := os.WriteFile(c.dir.Manifest(), data, 0o644); err != nil {
 		return fmt.Errorf("writing VMI manifest: %w", err)
 	}
-	args := []string{"--event-format", "json", "--console-log", filepath.Join(c.dir, "console.log")}
-	if c.args.SimulateCrash {
-		args = append(args, "--simulate-crash")
-	}
-	if c.args.QEMUTimeout != "" {
-		args = append(args, "--qemu-timeout", c.args.QEMUTimeout, "--qemu-timeout-jitter", "0s")
-	}
-	if c.args.GracePeriod > 0 {
-		args = append(args, "--grace-period", c.args.GracePeriod.String())
-	}
-	args = append(append(args, cfg.LauncherArgs...), manifest)
-	stderr, err := os.Create(filepath.Join(c.dir, "launcher.log"))
+	events, err := os.Create(c.dir.Events())
 	if err != nil {
-		return fmt.Errorf("creating launcher log: %w", err)
+		return fmt.Errorf("creating launcher events file: %w", err)
 	}
-	cmd := exec.Command(cfg.LauncherPath, args...)
-	cmd.Stderr = stderr
+	args := c.launcherArgs(cfg).Build()
 	// A pod's processes die with its node: if the agent dies, so does the
 	// launcher (started through the agent's spawner, so that the signal
 	// is tied to the agent rather than to a worker thread), and its reaper
 	// takes QEMU with it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	stdout, err := cmd.StdoutPipe()
+	out := spawn.NewLineWriter(func(line []byte) {
+		_, _ = events.Write(append(append([]byte(nil), line...), '\n'))
+		if len(bytes.TrimSpace(line)) == 0 {
+			return
+		}
+		ev, err := launcherapi.ParseEvent(line)
+		if err != nil {
+			cfg.Logger.Warn("launcher output is not an event", "vmi", c.vmiKey.String(), "err", err)
+			return
+		}
+		c.record(ev)
+		notify()
+	})
+	proc, err := sp.Start(spawn.Spec{Path: cfg.LauncherPath, Args: args, Stdout: out, StderrFile: c.dir.Log(), Truncate: true})
 	if err != nil {
-		stderr.Close()
-		return fmt.Errorf("launcher stdout: %w", err)
+		events.Close()
+		return err
 	}
-	if err := sp.Start(cmd); err != nil {
-		stderr.Close()
-		return fmt.Errorf("starting %s: %w", cfg.LauncherPath, err)
-	}
-	stderr.Close()
-	c.cmd = cmd
-	cfg.Logger.Info("launcher started", "vmi", c.vmiKey.String(), "uid", c.vmiUID, "pid", cmd.Process.Pid, "args", strings.Join(args, " "))
-	go c.watch(cfg.Logger, stdout, notify)
+	c.proc = proc
+	cfg.Logger.Info("launcher started", "vmi", c.vmiKey.String(), "uid", c.vmiUID, "pid", proc.PID(), "args", strings.Join(args, " "))
+	go c.watch(cfg.Logger, out, events, notify)
 	return nil
 }
 
-// watch reads the launcher's event lines until it exits, then records the
-// exit.
-func (c *container) watch(log *slog.Logger, stdout io.Reader, notify func()) {
-	events, _ := os.Create(filepath.Join(c.dir, "events.jsonl"))
-	sc := bufio.NewScanner(stdout)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		line := sc.Bytes()
-		if events != nil {
-			_, _ = events.Write(append(append([]byte(nil), line...), '\n'))
-		}
-		ev, err := controller.ParseEvent(line)
-		if err != nil {
-			log.Warn("launcher output is not an event", "vmi", c.vmiKey.String(), "err", err)
-			continue
-		}
-		c.mu.Lock()
-		switch {
-		case ev.Event == controller.EventRunning:
-			c.running = true
-		case ev.Final():
-			e := ev
-			c.final = &e
-		}
-		c.mu.Unlock()
-		notify()
+// record notes what one launcher event says about the container.
+func (c *container) record(ev launcherapi.Event) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case ev.Event == launcherapi.EventRunning:
+		c.running = true
+	case ev.Final():
+		c.final = &ev
 	}
-	if events != nil {
-		events.Close()
-	}
-	err := c.cmd.Wait()
-	code := 0
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			code = ee.ExitCode()
-			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-				code = 128 + int(ws.Signal())
-			}
-		} else {
-			code = 128
-		}
+}
+
+// watch waits for the launcher to exit, then records the exit.
+func (c *container) watch(log *slog.Logger, out *spawn.LineWriter, events *os.File, notify func()) {
+	<-c.proc.Done()
+	out.Flush()
+	events.Close()
+	code := c.proc.Exit().Code
+	if code < 0 {
+		code = 128 // not waited for: as the old kubelet rule, a failure
 	}
 	c.mu.Lock()
 	c.exited, c.exitCode, c.endedAt = true, code, time.Now()
@@ -263,7 +244,7 @@ func (c *container) watch(log *slog.Logger, stdout io.Reader, notify func()) {
 func (c *container) markExitedWithoutLaunch() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.cmd != nil || c.exited {
+	if c.proc != nil || c.exited {
 		return
 	}
 	c.exited, c.exitCode, c.endedAt = true, 0, time.Now()
@@ -274,23 +255,23 @@ func (c *container) markExitedWithoutLaunch() {
 // on pod deletion) and kills it after grace. It returns at once.
 func (c *container) stop(log *slog.Logger, grace time.Duration) {
 	c.mu.Lock()
-	cmd, already := c.cmd, c.signalled
+	proc, already := c.proc, c.signalled
 	c.signalled = true
 	c.mu.Unlock()
-	if cmd == nil {
+	if proc == nil {
 		c.markExitedWithoutLaunch()
 		return
 	}
 	if already {
 		return
 	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
 	go func() {
-		select {
-		case <-c.done:
-		case <-time.After(grace):
-			log.Warn("launcher ignored SIGTERM for its grace period, killing it", "vmi", c.vmiKey.String(), "grace", grace)
-			_ = cmd.Process.Kill()
+		st, err := proc.Stop(context.Background(), grace)
+		if st.Killed {
+			log.Warn("launcher ignored SIGTERM for its grace period, killed it", "vmi", c.vmiKey.String(), "grace", grace)
+		}
+		if err != nil {
+			log.Error("stopping launcher", "vmi", c.vmiKey.String(), "err", err)
 		}
 	}()
 }

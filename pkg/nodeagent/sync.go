@@ -11,7 +11,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	v1 "kubevirt.io/api/core/v1"
 
-	"github.com/crashloop-harness/crashloop/pkg/controller"
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 )
 
 // syncPod is the kubelet's part for one virt-launcher pod.
@@ -300,7 +300,7 @@ func finalPhase(s snapshot) (v1.VirtualMachineInstancePhase, string) {
 		if s.Final.Message != "" {
 			reason += ": " + s.Final.Message
 		}
-		if s.Final.Event == controller.EventSucceeded {
+		if s.Final.Event == launcherapi.EventSucceeded {
 			return v1.Succeeded, reason
 		}
 		return v1.Failed, reason

@@ -1,10 +1,22 @@
-// Package spawn starts child processes that die with their parent.
+// Package spawn is the one supervisor of child processes: the local
+// controller's launchers, the node agent's launchers, cluster-lite's etcd,
+// kube-apiserver and KubeVirt components, and the functional suites'
+// controllers and stacks.
 //
-// The kernel delivers a child's parent-death signal (Pdeathsig) when the
+// A child (Spec, Process) runs in its own process group, so a terminal's
+// Ctrl-C does not reach it, with its output in files or given writers.
+// Stop ends it with SIGTERM (through os/exec's Cmd.Cancel), a grace period
+// and SIGKILL, for its group too when asked; Exit decodes how it ended (an
+// exit code, or a signal as 128+n with the signal's name); Tail reads the
+// end of its log for messages.
+//
+// A child started by Start outlives this process (a launcher outlives its
+// controller, as a pod does). One started by a Spawner dies with it: the
+// kernel delivers a child's parent-death signal (Pdeathsig) when the
 // thread that forked it exits, not when the process does, and the Go
-// runtime may end threads. A Spawner forks every child from one goroutine
-// locked to its own OS thread, so that Pdeathsig follows the life of the
-// Spawner (and of the process), whichever goroutine asks.
+// runtime may end threads, so a Spawner forks every child from one
+// goroutine locked to its own OS thread, and Pdeathsig follows the life of
+// the Spawner (and of the process), whichever goroutine asks.
 package spawn
 
 import (
@@ -50,9 +62,13 @@ func (s *Spawner) loop() {
 	}
 }
 
-// Start starts cmd (as cmd.Start does) on the spawner's thread. Set
-// cmd.SysProcAttr.Pdeathsig for the child to die with the spawner.
-func (s *Spawner) Start(cmd *exec.Cmd) error {
+// Start starts spec's program on the spawner's thread, in its own process
+// group, with SIGKILL as its parent-death signal: it dies with the spawner
+// (and with this process). Spec.Starter cannot be used here.
+func (s *Spawner) Start(spec Spec) (*Process, error) { return start(spec, true, s.startCmd) }
+
+// startCmd starts cmd (as cmd.Start does) on the spawner's thread.
+func (s *Spawner) startCmd(cmd *exec.Cmd) error {
 	reply := make(chan error, 1)
 	select {
 	case s.reqs <- request{cmd: cmd, reply: reply}:

@@ -56,7 +56,7 @@ func TestChildOutlivesTheThreadThatAskedForIt(t *testing.T) {
 	s := New()
 	defer s.Close()
 	through := sleeper()
-	if err := startFromDyingThread(s.Start, through); err != nil {
+	if err := startFromDyingThread(s.startCmd, through); err != nil {
 		t.Fatal(err)
 	}
 	if !alive(t, through) {
@@ -67,7 +67,7 @@ func TestChildOutlivesTheThreadThatAskedForIt(t *testing.T) {
 func TestStartAfterClose(t *testing.T) {
 	s := New()
 	s.Close()
-	if err := s.Start(exec.Command("true")); err == nil {
+	if _, err := s.Start(Spec{Path: "true"}); err == nil {
 		t.Fatal("Start after Close succeeded")
 	}
 }

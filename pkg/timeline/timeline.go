@@ -12,6 +12,8 @@ import (
 	"io"
 	"sort"
 	"time"
+
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 )
 
 // PhaseAt is one phase transition of an attempt.
@@ -50,10 +52,10 @@ func (a Attempt) InEnvelope(slack time.Duration) bool {
 
 // Timeline is a run: every attempt of every VM.
 type Timeline struct {
-	Title     string    `json:"title"`
-	Seed      int64     `json:"seed"`
-	TimeScale float64   `json:"timeScale"`
-	Attempts  []Attempt `json:"attempts"`
+	Title     string           `json:"title"`
+	Seed      launcherapi.Seed `json:"seed"`
+	TimeScale float64          `json:"timeScale"`
+	Attempts  []Attempt        `json:"attempts"`
 	// Slack is how far outside its band an observed delay may fall and
 	// still be drawn green (the time a launch takes to notice a failure
 	// and to start). Zero means 100 ms.

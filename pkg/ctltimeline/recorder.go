@@ -1,4 +1,8 @@
-package controller
+// Package ctltimeline draws the local controller's crash loops: a Recorder
+// turns the controller's Events (live, as its Observer, or read back from
+// its JSON lines) into a timeline.Timeline, with each attempt's fault read
+// from its launch folder.
+package ctltimeline
 
 import (
 	"bufio"
@@ -14,10 +18,12 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/crashloop-harness/crashloop/pkg/backoff"
+	"github.com/crashloop-harness/crashloop/pkg/controller"
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/timeline"
 )
 
-// TimelineRecorder is an Observer that turns the controller's Events into a
+// Recorder is a controller.Observer that turns the controller's Events into a
 // timeline.Timeline: per VM and attempt the phases with their times, the
 // reason it ended, the failure count, the planned and the observed delay
 // before the next start, and KubeVirt's envelope for that count (scaled),
@@ -29,12 +35,12 @@ import (
 // It is fed either live, as the controller's Observer (virt-controller run
 // --timeline), or afterwards from the controller's JSON lines decoded into
 // Events (the functional suites do that). Safe for concurrent use.
-type TimelineRecorder struct {
+type Recorder struct {
 	mu       sync.Mutex
 	title    string
 	stateDir string
 	envelope backoff.KubeVirt
-	seed     uint64
+	seed     launcherapi.Seed
 	scale    float64
 	vms      map[string]*vmTimeline
 	changes  uint64
@@ -47,21 +53,21 @@ type vmTimeline struct {
 	failAt  time.Time
 }
 
-// NewTimelineRecorder returns an empty recorder. stateDir is the
+// NewRecorder returns an empty recorder. stateDir is the
 // controller's state folder, where the launcher folders are; empty means
 // the folder the ControllerStarted event names. maxDelay is the cap of
 // KubeVirt's curve used for the envelope (zero: 300 s).
-func NewTimelineRecorder(title, stateDir string, maxDelay time.Duration) *TimelineRecorder {
-	return &TimelineRecorder{title: title, stateDir: stateDir, envelope: backoff.KubeVirt{MaxDelay: maxDelay},
+func NewRecorder(title, stateDir string, maxDelay time.Duration) *Recorder {
+	return &Recorder{title: title, stateDir: stateDir, envelope: backoff.KubeVirt{MaxDelay: maxDelay},
 		scale: 1, vms: map[string]*vmTimeline{}}
 }
 
-// Observe implements Observer.
-func (r *TimelineRecorder) Observe(e Event) {
+// Observe implements controller.Observer.
+func (r *Recorder) Observe(e controller.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.changes++
-	if e.Event == "ControllerStarted" {
+	if e.Event == controller.EventControllerStarted {
 		if r.stateDir == "" {
 			r.stateDir = e.StateDir
 		}
@@ -86,21 +92,21 @@ func (r *TimelineRecorder) Observe(e Event) {
 		vt.attempts[e.Attempt] = a
 	}
 	switch e.Event {
-	case "Started":
+	case controller.EventStarted:
 		a.UID = e.VMIUID
 		a.Phases = append(a.Phases, timeline.PhaseAt{Phase: string(v1.Pending), At: e.Time})
 		if w := vt.waiting; w != nil && w != a {
 			w.Observed = e.Time.Sub(vt.failAt)
 		}
 		vt.waiting = nil
-	case "Scheduled", "Running", "GuestReady", "Succeeded", "Failed":
+	case controller.EventScheduled, controller.EventRunning, controller.EventGuestReady, controller.EventSucceeded, controller.EventFailed:
 		if a != nil {
-			a.Phases = append(a.Phases, timeline.PhaseAt{Phase: e.Event, At: e.Time})
+			a.Phases = append(a.Phases, timeline.PhaseAt{Phase: string(e.Event), At: e.Time})
 			if e.Reason != "" {
 				a.Reason = e.Reason
 			}
 		}
-	case "Exited":
+	case controller.EventExited:
 		if a != nil {
 			if !hasPhase(a, string(v1.Failed)) && !hasPhase(a, string(v1.Succeeded)) && e.Phase != "" {
 				a.Phases = append(a.Phases, timeline.PhaseAt{Phase: e.Phase, At: e.Time})
@@ -109,17 +115,18 @@ func (r *TimelineRecorder) Observe(e Event) {
 				a.Reason = e.Reason
 			}
 		}
-	case "BackoffPlanned", "GaveUp":
+	case controller.EventBackoffPlanned, controller.EventGaveUp:
 		if a != nil {
 			a.FailCount = e.FailCount
 			lo, hi := r.envelope.Bounds(e.FailCount)
 			a.Low, a.High = scaleBy(lo, r.scale), scaleBy(hi, r.scale)
-			if e.Event == "BackoffPlanned" {
+			if e.Event == controller.EventBackoffPlanned {
 				a.Planned = time.Duration(e.ScaledDelayNs)
 				vt.waiting, vt.failAt = a, e.Time
 			}
 		}
-	case "StopRequested", "StartRequested", "RestartRequested":
+	}
+	if e.Event.ManualOperation() {
 		// A manual operation clears the record: the next start is not a
 		// retry, so no delay is observed across it.
 		vt.waiting = nil
@@ -139,7 +146,7 @@ func scaleBy(d time.Duration, f float64) time.Duration { return time.Duration(fl
 
 // Changes counts the events observed so far, so a caller can tell whether
 // the timeline changed since it last wrote it.
-func (r *TimelineRecorder) Changes() uint64 {
+func (r *Recorder) Changes() uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.changes
@@ -147,13 +154,12 @@ func (r *TimelineRecorder) Changes() uint64 {
 
 // Timeline returns a copy of what was recorded, with each attempt's fault
 // filled in from its launcher folder.
-func (r *TimelineRecorder) Timeline() *timeline.Timeline {
+func (r *Recorder) Timeline() *timeline.Timeline {
 	r.mu.Lock()
-	t := &timeline.Timeline{Title: r.title, Seed: int64(r.seed), TimeScale: r.scale}
-	store := &Store{dir: r.stateDir}
+	t := &timeline.Timeline{Title: r.title, Seed: r.seed, TimeScale: r.scale}
 	type pending struct {
 		i   int
-		key Key
+		key controller.Key
 	}
 	var todo []pending
 	names := make([]string, 0, len(r.vms))
@@ -162,7 +168,7 @@ func (r *TimelineRecorder) Timeline() *timeline.Timeline {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		k, _ := ParseKey(n)
+		k, _ := controller.ParseKey(n)
 		for _, a := range r.vms[n].attempts {
 			c := *a
 			c.Phases = append([]timeline.PhaseAt(nil), a.Phases...)
@@ -174,7 +180,7 @@ func (r *TimelineRecorder) Timeline() *timeline.Timeline {
 	for _, p := range todo {
 		a := &t.Attempts[p.i]
 		if r.stateDir != "" && a.UID != "" {
-			a.Fault = attemptFaults(store.LauncherDir(p.key, a.Attempt, a.UID))
+			a.Fault = attemptFaults(controller.LauncherDir(r.stateDir, p.key, a.Attempt, a.UID))
 		}
 	}
 	return t
@@ -184,7 +190,7 @@ func (r *TimelineRecorder) Timeline() *timeline.Timeline {
 // its launcher left: the faults its Scheduled event said would fire, those
 // it reported firing, and KubeVirt's fail-fast annotation (which crashes
 // the launcher before it can say anything).
-func attemptFaults(dir string) string {
+func attemptFaults(dir launcherapi.Dir) string {
 	var names []string
 	seen := map[string]bool{}
 	add := func(n string) {
@@ -193,7 +199,7 @@ func attemptFaults(dir string) string {
 			names = append(names, n)
 		}
 	}
-	if data, err := os.ReadFile(filepath.Join(dir, "vmi.json")); err == nil {
+	if data, err := os.ReadFile(dir.Manifest()); err == nil {
 		var vmi v1.VirtualMachineInstance
 		if json.Unmarshal(data, &vmi) == nil {
 			if _, ok := vmi.Annotations[v1.FuncTestLauncherFailFastAnnotation]; ok {
@@ -201,25 +207,23 @@ func attemptFaults(dir string) string {
 			}
 		}
 	}
-	if f, err := os.Open(filepath.Join(dir, "events.jsonl")); err == nil {
+	if f, err := os.Open(dir.Events()); err == nil {
 		defer f.Close()
 		sc := bufio.NewScanner(f)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
-			var ev struct {
-				Event   string `json:"event"`
-				Fault   string `json:"fault"`
-				Details struct {
-					Faults []struct {
-						Fault string `json:"fault"`
-					} `json:"faults"`
-				} `json:"details"`
-			}
-			if json.Unmarshal(sc.Bytes(), &ev) != nil {
+			ev, err := launcherapi.ParseEvent(sc.Bytes())
+			if err != nil {
 				continue
 			}
-			for _, x := range ev.Details.Faults {
-				add(x.Fault)
+			// Scheduled lists the faults that will fire: details.faults,
+			// objects with a "fault" name.
+			faults, _ := ev.Details["faults"].([]any)
+			for _, x := range faults {
+				if m, ok := x.(map[string]any); ok {
+					n, _ := m["fault"].(string)
+					add(n)
+				}
 			}
 			add(ev.Fault)
 		}
@@ -229,7 +233,7 @@ func attemptFaults(dir string) string {
 
 // WriteFiles writes the timeline to base+".jsonl" and base+".svg", each
 // replaced atomically so a reader never sees half a file.
-func (r *TimelineRecorder) WriteFiles(base string) error {
+func (r *Recorder) WriteFiles(base string) error {
 	t := r.Timeline()
 	if dir := filepath.Dir(base); dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
