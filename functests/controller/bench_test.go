@@ -14,6 +14,10 @@ import (
 	"testing"
 	"time"
 
+	v1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/crashloop-harness/crashloop/functests/ctlharness"
 	"github.com/crashloop-harness/crashloop/pkg/controller"
 )
 
@@ -94,7 +98,11 @@ func runBench(binDir, dir string, vms int, scale, fsync, nice, weight string, du
 	r := benchResult{vms: vms, scale: scale, fsync: fsync, nice: nice, weight: weight, duration: duration}
 	var docs []string
 	for i := range vms {
-		docs = append(docs, vmSpec{name: fmt.Sprintf("vm-%04d", i), strategy: "Always"}.manifest())
+		doc, err := benchManifest(fmt.Sprintf("vm-%04d", i), v1.RunStrategyAlways)
+		if err != nil {
+			return r, err
+		}
+		docs = append(docs, doc)
 	}
 	manifest := filepath.Join(dir, "vms.yaml")
 	if err := os.WriteFile(manifest, []byte(strings.Join(docs, "---\n")), 0o644); err != nil {
@@ -170,6 +178,17 @@ func runBench(binDir, dir string, vms int, scale, fsync, nice, weight string, du
 	}
 	r.decision, r.reported = pct(decision), pct(reported)
 	return r, nil
+}
+
+// benchManifest renders the test-guest VM (ctlharness.TestGuestVM) as
+// YAML. It returns the error rather than asserting with gomega, which has
+// no fail handler outside a ginkgo suite: a benchmark is a plain testing.B.
+func benchManifest(name string, strategy v1.VirtualMachineRunStrategy) (string, error) {
+	data, err := yaml.Marshal(ctlharness.TestGuestVM(name, strategy, nil, ""))
+	if err != nil {
+		return "", fmt.Errorf("rendering VM %s: %w", name, err)
+	}
+	return string(data), nil
 }
 
 func pct(ds []time.Duration) percentiles {
