@@ -30,24 +30,36 @@ import (
 //	go test ./functests/controller -run '^$' -bench CrashLoop1000 -benchtime 1x -timeout 30m
 //
 // CRASHLOOP_BENCH_VMS, CRASHLOOP_BENCH_SCALE (default 0.2) and
-// CRASHLOOP_BENCH_DURATION (default 60s) change the run; CRASHLOOP_BENCH_FSYNC=false
+// CRASHLOOP_BENCH_DURATION (default 60s) change the run; with -short (the
+// smoke run of `make bench-smoke`) the defaults are 5 VMs for 4s, which
+// checks in seconds that the benchmark still runs end to end;
+// CRASHLOOP_BENCH_BIN_DIR takes virt-controller and virt-launcher from a
+// folder instead of building them; CRASHLOOP_BENCH_FSYNC=false
 // turns off fsync of state saves; CRASHLOOP_BENCH_LAUNCHER_NICE (default 0)
 // and CRASHLOOP_BENCH_LAUNCHER_CPU_WEIGHT (default 0: no cgroup), the
 // controller's defaults, set --launcher-nice and --launcher-cpu-weight.
 func BenchmarkCrashLoop1000(b *testing.B) {
-	vms := envInt("CRASHLOOP_BENCH_VMS", 1000)
+	defVMs, defDuration := 1000, "60s"
+	if testing.Short() {
+		defVMs, defDuration = 5, "4s"
+	}
+	vms := envInt("CRASHLOOP_BENCH_VMS", defVMs)
 	scale := envString("CRASHLOOP_BENCH_SCALE", "0.2")
-	duration, err := time.ParseDuration(envString("CRASHLOOP_BENCH_DURATION", "60s"))
+	duration, err := time.ParseDuration(envString("CRASHLOOP_BENCH_DURATION", defDuration))
 	if err != nil {
-		b.Fatal(err)
+		b.Fatalf("CRASHLOOP_BENCH_DURATION: %v", err)
 	}
 	fsync := envString("CRASHLOOP_BENCH_FSYNC", "true")
 	nice := envString("CRASHLOOP_BENCH_LAUNCHER_NICE", "0")
 	weight := envString("CRASHLOOP_BENCH_LAUNCHER_CPU_WEIGHT", "0")
-	binDir := b.TempDir()
-	if err := buildBinaries(repoRoot(), binDir); err != nil {
-		b.Fatal(err)
+	binDir := os.Getenv("CRASHLOOP_BENCH_BIN_DIR")
+	if binDir == "" {
+		binDir = b.TempDir()
+		if err := buildBinaries(repoRoot(), binDir); err != nil {
+			b.Fatal(err)
+		}
 	}
+	b.ResetTimer()
 	for range b.N {
 		r, err := runBench(binDir, b.TempDir(), vms, scale, fsync, nice, weight, duration)
 		if err != nil {
