@@ -83,6 +83,13 @@ type benchResult struct {
 	rssEndMB                float64
 	threadsPeak             int
 	decision, reported      percentiles
+	// toRunning is planned retry time -> the launcher's own first log line
+	// (a --simulate-crash launcher never reaches its Running event: its
+	// first line is when its code runs).
+	toRunning          percentiles
+	fdsStart, fdsEnd   int
+	leftLaunchers      int
+	leftRuntimeEntries int
 }
 
 type percentiles struct{ p50, p90, p99, max time.Duration }
@@ -98,9 +105,12 @@ func (r benchResult) table() string {
 	for _, row := range []struct {
 		name string
 		p    percentiles
-	}{{"timer fired -> launch decided (latenessNs)", r.decision}, {"-> launcher started, state saved, event out", r.reported}} {
+	}{{"timer fired -> launch decided (latenessNs)", r.decision}, {"-> launcher started, state saved, event out", r.reported},
+		{"plan -> launcher running (its first log line)", r.toRunning}} {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", row.name, ms(row.p.p50), ms(row.p.p90), ms(row.p.p99), ms(row.p.max))
 	}
+	fmt.Fprintf(&b, "\ncontroller open fds: %d at start, %d at the end of the run; left after exit: %d launcher processes, %d entries in the launchers' runtime folder\n",
+		r.fdsStart, r.fdsEnd, r.leftLaunchers, r.leftRuntimeEntries)
 	return b.String()
 }
 
@@ -132,7 +142,8 @@ func runBench(binDir, dir string, vms int, scale, fsync, nice, weight string, du
 	defer errf.Close()
 	cmd := exec.Command(filepath.Join(binDir, "virt-controller"), "run", "-o", "json",
 		"--state-dir", filepath.Join(dir, "state"), "--seed", "1", "--time-scale", scale, "--fsync="+fsync, "--launcher-nice", nice, "--launcher-cpu-weight", weight,
-		"--launcher", filepath.Join(binDir, "virt-launcher"), "--launcher-arg=--simulate-crash", manifest)
+		"--launcher", filepath.Join(binDir, "virt-launcher"), "--launcher-arg=--simulate-crash",
+		"--launcher-arg=--runtime-dir="+filepath.Join(dir, "run"), manifest)
 	cmd.Stdout, cmd.Stderr = out, errf
 	if err := cmd.Start(); err != nil {
 		return r, err
@@ -141,6 +152,7 @@ func runBench(binDir, dir string, vms int, scale, fsync, nice, weight string, du
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	end := time.Now().Add(duration)
+	r.fdsStart = -1
 	for time.Now().Before(end) {
 		select {
 		case err := <-done:
@@ -155,6 +167,12 @@ func runBench(binDir, dir string, vms int, scale, fsync, nice, weight string, du
 		if cpu, err := procCPU(pid); err == nil {
 			r.cpuSeconds = cpu
 		}
+		if fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid)); err == nil {
+			if r.fdsStart < 0 {
+				r.fdsStart = len(fds)
+			}
+			r.fdsEnd = len(fds)
+		}
 	}
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {
@@ -163,7 +181,12 @@ func runBench(binDir, dir string, vms int, scale, fsync, nice, weight string, du
 		_ = cmd.Process.Kill()
 		<-done
 	}
-	var decision, reported []time.Duration
+	r.leftLaunchers = countProcs(filepath.Join(binDir, "virt-launcher"))
+	if entries, err := os.ReadDir(filepath.Join(dir, "run")); err == nil {
+		r.leftRuntimeEntries = len(entries)
+	}
+	firstLog := launcherStarts(filepath.Join(dir, "state", "launchers"))
+	var decision, reported, toRunning []time.Duration
 	f, err := os.Open(out.Name())
 	if err != nil {
 		return r, err
@@ -183,13 +206,60 @@ func runBench(binDir, dir string, vms int, scale, fsync, nice, weight string, du
 				r.retries++
 				decision = append(decision, time.Duration(*e.LatenessNs))
 				reported = append(reported, e.Time.Sub(*e.PlannedAt))
+				if at, ok := firstLog[e.VMIUID]; ok {
+					toRunning = append(toRunning, at.Sub(*e.PlannedAt))
+				}
 			}
 		case "Exited":
 			r.fail++
 		}
 	}
-	r.decision, r.reported = pct(decision), pct(reported)
+	r.decision, r.reported, r.toRunning = pct(decision), pct(reported), pct(toRunning)
+	if r.leftLaunchers > 0 || r.leftRuntimeEntries > 0 {
+		return r, fmt.Errorf("left after the controller exited: %d launcher processes, %d entries in %s", r.leftLaunchers, r.leftRuntimeEntries, filepath.Join(dir, "run"))
+	}
 	return r, nil
+}
+
+// launcherStarts maps each VMI UID to the time of the first line in its
+// launcher's log (slog text: time=RFC 3339 with milliseconds), from the
+// launch folders state/launchers/<vm>/<attempt>-<uid>/launcher.log.
+func launcherStarts(launchers string) map[string]time.Time {
+	out := map[string]time.Time{}
+	logs, _ := filepath.Glob(filepath.Join(launchers, "*", "*", "launcher.log"))
+	for _, l := range logs {
+		_, uid, ok := strings.Cut(filepath.Base(filepath.Dir(l)), "-")
+		if !ok {
+			continue
+		}
+		f, err := os.Open(l)
+		if err != nil {
+			continue
+		}
+		line, _ := bufio.NewReader(f).ReadString('\n')
+		f.Close()
+		if v, ok := strings.CutPrefix(line, "time="); ok {
+			if at, err := time.Parse(time.RFC3339Nano, strings.Fields(v)[0]); err == nil {
+				out[uid] = at
+			}
+		}
+	}
+	return out
+}
+
+// countProcs counts live processes running the binary at path.
+func countProcs(path string) int {
+	entries, _ := os.ReadDir("/proc")
+	n := 0
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		if exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe")); err == nil && exe == path {
+			n++
+		}
+	}
+	return n
 }
 
 // benchManifest renders the test-guest VM (ctlharness.TestGuestVM) as
