@@ -314,16 +314,11 @@ func (b *bench) qemuFloor() (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	out, err := cmd.StdoutPipe()
+	lines, start, stop, err := startQEMU(cmd)
 	if err != nil {
 		return 0, err
 	}
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		return 0, err
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	lines := bufio.NewScanner(out)
+	defer stop()
 	if !lines.Scan() || !strings.Contains(lines.Text(), `"QMP"`) {
 		return 0, fmt.Errorf("no QMP greeting: %q", lines.Text())
 	}
@@ -338,6 +333,20 @@ func (b *bench) qemuFloor() (time.Duration, error) {
 	return d, nil
 }
 
+// startQEMU starts cmd with its stdout read line by line; stop kills and
+// reaps it.
+func startQEMU(cmd *exec.Cmd) (lines *bufio.Scanner, start time.Time, stop func(), err error) {
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, time.Time{}, nil, err
+	}
+	start = time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, time.Time{}, nil, fmt.Errorf("starting %s: %w", cmd.Path, err)
+	}
+	return bufio.NewScanner(out), start, func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }, nil
+}
+
 // rawBoot times QEMU booting the test guest's kernel and initrd, with the
 // launcher's command line, from exec to the ready marker on the serial
 // console.
@@ -345,18 +354,13 @@ func (b *bench) rawBoot() (time.Duration, error) {
 	cmd := exec.Command(b.qemuBin, "-nodefaults", "-display", "none", "-no-user-config", "-accel", "tcg",
 		"-machine", "pc", "-m", "256", "-smp", "1", "-kernel", b.kernel, "-initrd", b.initrd, "-append", kernelArgs,
 		"-serial", "stdio", "-no-reboot")
-	out, err := cmd.StdoutPipe()
+	lines, start, stop, err := startQEMU(cmd)
 	if err != nil {
 		return 0, err
 	}
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		return 0, err
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	defer stop()
 	timer := time.AfterFunc(90*time.Second, func() { _ = cmd.Process.Kill() })
 	defer timer.Stop()
-	lines := bufio.NewScanner(out)
 	for lines.Scan() {
 		if strings.Contains(lines.Text(), readyMarker) {
 			return time.Since(start), nil
