@@ -27,7 +27,7 @@ FUNCTEST_FLAGS ?=
 KUBEVIRT_VERSION ?=
 KUBEVIRT_SRC ?=
 
-.PHONY: all deps image-deps image images guest-image cloud-image build clusterlite cluster-up run run-launcher test unit functest fuzz lint bench clean
+.PHONY: all deps image-deps image images guest-image cloud-image build clusterlite cluster-up run run-launcher test unit functest fuzz lint bench bench-smoke clean
 
 all: build
 
@@ -85,7 +85,7 @@ run-launcher: build guest-image
 	$(BIN)/virt-launcher --event-format text --log-level warn examples/vmi-testguest.yaml
 
 ## test: unit tests, a short fuzz run, lint, and the functional suites on real VMs
-test: unit fuzz lint functest
+test: unit fuzz lint functest bench-smoke
 
 unit: deps clusterlite
 	CLUSTERLITE_BIN_DIR=$(CURDIR)/$(CLUSTERLITE_BIN) $(GO) test -count=1 ./pkg/... ./cmd/...
@@ -110,9 +110,17 @@ functest: build images clusterlite image
 			-ginkgo.junit-report=$(CURDIR)/$(BUILD)/junit/$$name.xml $(FUNCTEST_FLAGS); \
 	done
 
-## bench: launcher start latency versus virsh, QEMU-death latency, RSS (a table)
+## bench: one table of launch latencies (warm, cold, as PID 1, boot) against virsh and the QEMU floor, crash path, RSS
 bench: build images
 	$(GO) run ./bench/launcher
+
+## bench-smoke: every benchmark of the repo once, in seconds (few VMs, one run per row), so none rots unnoticed
+bench-smoke: build images
+	@set -e; for pkg in $$(grep -rl --include='*_test.go' '^func Benchmark' pkg cmd functests bench | xargs -n1 dirname | sort -u); do \
+		echo "=== benchmarks in $$pkg (smoke)"; \
+		CRASHLOOP_BENCH_BIN_DIR=$(CURDIR)/$(BIN) $(GO) test -short -count=1 -run='^$$' -bench=. -benchtime=1x ./$$pkg; \
+	done
+	$(GO) run ./bench/launcher -smoke -launcher $(BIN)/virt-launcher -image-dir $(IMAGES)
 
 clean:
 	rm -rf $(BUILD)

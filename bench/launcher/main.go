@@ -1,23 +1,36 @@
-// Command launcher measures virt-launcher against the numbers issue #2 sets
-// and prints them as a table:
+// Command launcher measures virt-launcher against the numbers of issue #13
+// and prints them as one table, every row measured in the same run so that
+// ratios compare like with like on a machine whose load changes:
 //
-//   - exec of virt-launcher to its Running event, versus `virsh create` of the
-//     same domain XML against a warm libvirt daemon (target ratio <= 1.1);
-//   - SIGKILL of QEMU to the launcher's Failed event (target median < 50 ms);
-//   - the launcher's RSS (and its reaper's) while the guest runs;
-//   - --simulate-crash exec to exit.
+//   - the QEMU floor: `qemu-system-x86_64 -S -qmp stdio` exec to the end of
+//     the QMP handshake (nothing can start a domain faster);
+//   - warm launches: exec of virt-launcher to its Running and GuestReady
+//     events, with the capability cache warm, versus `virsh create` of the
+//     same domain XML against a warm libvirt daemon, and raw QEMU booting
+//     the same kernel, initrd and command line to the guest's ready marker;
+//   - cold first launches (a fresh --cache-dir) to Running, also as PID 1
+//     of a new PID namespace (`unshare --pid --fork --mount-proc`);
+//   - SIGKILL of QEMU to the launcher's Failed event;
+//   - --simulate-crash and the fail-fast annotation: exec to exit, wall and
+//     CPU time;
+//   - the RSS of the launcher and its helper processes (QEMU excluded)
+//     while the guest runs.
+//
+// -smoke measures every row once (seconds, for `make test`), so the
+// benchmark cannot rot unnoticed; `make bench` runs the full counts.
 //
 // The daemon comparison needs libvirtd: the program starts virtlogd and
 // libvirtd itself when none runs, with QEMU as root like the launcher's own
 // configuration (qemu.conf is restored and the daemons it started are
-// stopped by PID afterwards). Run it as root: `make bench`.
+// stopped by PID afterwards). Run it as root.
 package main
 
 import (
 	"bufio"
-	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,246 +40,599 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/crashloop-harness/crashloop/pkg/launcher"
+	"github.com/crashloop-harness/crashloop/pkg/faults"
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/qemu"
 )
 
-const vmiYAML = `apiVersion: kubevirt.io/v1
+const (
+	guestImage = "localhost/crashloop/test-guest:latest"
+	kernelArgs = "console=ttyS0 quiet panic=-1"
+	// readyMarker is what the test guest's /init prints (the launcher's
+	// default --ready-marker).
+	readyMarker = "HARNESS-GUEST-READY"
+	domainName  = "bench_bench"
+)
+
+// vmiYAML is the benchmark's VMI; annotations is indented under metadata.
+func vmiYAML(annotations string) string {
+	return `apiVersion: kubevirt.io/v1
 kind: VirtualMachineInstance
 metadata:
   name: bench
   namespace: bench
-spec:
+` + annotations + `spec:
   domain:
     memory:
       guest: 256Mi
     firmware:
       kernelBoot:
-        kernelArgs: "console=ttyS0 quiet panic=-1"
+        kernelArgs: "` + kernelArgs + `"
         container:
-          image: localhost/crashloop/test-guest:latest
+          image: ` + guestImage + `
           kernelPath: /boot/vmlinuz
           initrdPath: /boot/initrd.img
 `
+}
+
+// config is the command line.
+type config struct {
+	runs, coldRuns int
+	bin, images    string
+	qemuBin        string
+	smoke          bool
+	warmCPU        int
+}
 
 func main() {
-	runs := flag.Int("runs", 7, "measurements per row")
-	bin := flag.String("launcher", "_build/bin/virt-launcher", "virt-launcher binary")
-	images := flag.String("image-dir", "_build/images", "image folder")
+	var c config
+	flag.IntVar(&c.runs, "runs", 10, "measurements per warm row")
+	flag.IntVar(&c.coldRuns, "cold-runs", 3, "measurements per cold row (each probes QEMU's capabilities afresh)")
+	flag.StringVar(&c.bin, "launcher", "_build/bin/virt-launcher", "virt-launcher binary")
+	flag.StringVar(&c.images, "image-dir", "_build/images", "image folder")
+	flag.StringVar(&c.qemuBin, "qemu", "qemu-system-x86_64", "QEMU binary for the floor and raw-boot rows")
+	flag.IntVar(&c.warmCPU, "warm-cpu", 0, "pin the launch that fills the warm capability cache and the warm launches to this CPU (taskset; -1: no pinning): libvirt 9.0 invalidates its cache when the host CPUID differs, and on PVM hosts it differs between CPUs")
+	flag.BoolVar(&c.smoke, "smoke", false, "measure every row once (a check that the benchmark runs, not a measurement)")
 	flag.Parse()
-	if err := run(*runs, *bin, *images); err != nil {
+	if c.smoke {
+		c.runs, c.coldRuns = 1, 1
+	}
+	if c.runs < 1 || c.coldRuns < 1 {
+		fmt.Fprintln(os.Stderr, "bench: -runs and -cold-runs must be at least 1")
+		os.Exit(2)
+	}
+	t, err := run(c)
+	if t != nil {
+		fmt.Print(t.String())
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
+// sample is one row's measurements.
+type sample []time.Duration
+
+func (s sample) sorted() sample { c := slices.Clone(s); slices.Sort(c); return c }
+func (s sample) median() time.Duration {
+	c := s.sorted()
+	if len(c) == 0 {
+		return 0
+	}
+	return c[len(c)/2]
+}
+
+// row is one line of the table: measurements, or a computed text.
 type row struct {
 	name, target string
-	values       []time.Duration
+	values       sample
 	text         string
 }
 
-func run(runs int, bin, images string) error {
+type table struct{ rows []row }
+
+func (t *table) add(name, target string, v sample) {
+	t.rows = append(t.rows, row{name: name, target: target, values: v})
+}
+func (t *table) note(name, target, text string) {
+	t.rows = append(t.rows, row{name: name, target: target, text: text})
+}
+
+// ratio adds a row a/b of two medians.
+func (t *table) ratio(name, target string, a, b sample) {
+	if len(a) == 0 || len(b) == 0 || b.median() == 0 {
+		return
+	}
+	t.note(name, target, fmt.Sprintf("%.2fx", float64(a.median())/float64(b.median())))
+}
+
+func (t *table) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n| measurement | target | median | min | max | n |\n|---|---|---|---|---|---|\n")
+	for _, r := range t.rows {
+		if r.values == nil {
+			fmt.Fprintf(&b, "| %s | %s | %s | | | |\n", r.name, r.target, r.text)
+			continue
+		}
+		s := r.values.sorted()
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %d |\n", r.name, r.target, round(s.median()), round(s[0]), round(s[len(s)-1]), len(s))
+	}
+	return b.String()
+}
+
+func round(d time.Duration) string {
+	if d >= 10*time.Second {
+		return d.Round(10 * time.Millisecond).String()
+	}
+	return d.Round(100 * time.Microsecond).String()
+}
+
+// bench holds what every measurement shares.
+type bench struct {
+	config
+	dir, vmi, failFastVMI string
+	kernel, initrd        string
+}
+
+func (b *bench) args(cacheDir string, extra ...string) []string {
+	a := []string{"--image-dir", b.images, "--runtime-dir", filepath.Join(b.dir, "run"),
+		"--console-log", filepath.Join(b.dir, "console.log"), "--cache-dir", cacheDir, "--log-level", "error"}
+	return append(append(a, extra...), b.vmi)
+}
+
+func run(c config) (*table, error) {
 	dir, err := os.MkdirTemp("", "cl-bench-")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	vmi := filepath.Join(dir, "vmi.yaml")
-	if err := os.WriteFile(vmi, []byte(vmiYAML), 0o644); err != nil {
-		return err
+	b := &bench{config: c, dir: dir, vmi: filepath.Join(dir, "vmi.yaml"), failFastVMI: filepath.Join(dir, "vmi-failfast.yaml")}
+	if err := os.WriteFile(b.vmi, []byte(vmiYAML("")), 0o644); err != nil {
+		return nil, err
 	}
-	common := []string{"--image-dir", images, "--runtime-dir", filepath.Join(dir, "run"), "--console-log", filepath.Join(dir, "console.log"), "--log-level", "error"}
-
-	// 1. launcher exec -> Running, and 2. SIGKILL of QEMU -> Failed.
-	var toRunning, killToFailed []time.Duration
-	var rss, reaperRSS []int
-	for i := 0; i < runs+1; i++ {
-		r, err := startLauncher(bin, append(common, vmi)...)
-		if err != nil {
-			return err
-		}
-		running, err := r.waitFor(launcherapi.EventRunning, 60*time.Second)
-		if err != nil {
-			r.kill()
-			return err
-		}
-		if i > 0 { // the first run warms the capability cache
-			toRunning = append(toRunning, running.at.Sub(r.start))
-		}
-		if i == 1 {
-			if _, err := r.waitFor(launcherapi.EventGuestReady, 90*time.Second); err != nil {
-				r.kill()
-				return err
-			}
-			rss = append(rss, rssKiB(r.cmd.Process.Pid))
-			for _, c := range children(r.cmd.Process.Pid) {
-				reaperRSS = append(reaperRSS, rssKiB(c))
-			}
-		}
-		pids := qemu.FindQEMU("bench_bench", "")
-		if len(pids) != 1 {
-			r.kill()
-			return fmt.Errorf("want one QEMU, found %v", pids)
-		}
-		killed := time.Now()
-		syscall.Kill(pids[0], syscall.SIGKILL)
-		failed, err := r.waitFor(launcherapi.EventFailed, 30*time.Second)
-		if err != nil {
-			r.kill()
-			return err
-		}
-		if i > 0 {
-			killToFailed = append(killToFailed, failed.at.Sub(killed))
-		}
-		r.cmd.Wait()
+	if err := os.WriteFile(b.failFastVMI, []byte(vmiYAML("  annotations:\n    "+faults.FailFastAnnotation+": \"true\"\n")), 0o644); err != nil {
+		return nil, err
 	}
-
-	// 3. virsh create against a warm daemon.
-	xmlOut, err := exec.Command(bin, append(append([]string{"--dry-run", "--accel", "tcg"}, common...), vmi)...).Output()
+	store, err := qemu.OpenImageStore(c.images)
 	if err != nil {
-		return fmt.Errorf("virt-launcher --dry-run: %w", err)
+		return nil, fmt.Errorf("image folder %s (make images): %w", c.images, err)
 	}
-	xmlPath := filepath.Join(dir, "domain.xml")
+	if b.kernel, err = store.File(guestImage, "/boot/vmlinuz"); err != nil {
+		return nil, err
+	}
+	if b.initrd, err = store.File(guestImage, "/boot/initrd.img"); err != nil {
+		return nil, err
+	}
+	t := &table{}
+
+	// The QEMU floor.
+	var floor sample
+	for range c.runs {
+		d, err := b.qemuFloor()
+		if err != nil {
+			return t, fmt.Errorf("QEMU floor: %w", err)
+		}
+		floor = append(floor, d)
+	}
+
+	// Cold first launches: a fresh capability cache each time, directly
+	// and as PID 1 of a new PID namespace. A first launch fills the cache
+	// of the warm launches.
+	var cold, coldPID1 sample
+	var pin []string
+	if c.warmCPU >= 0 {
+		pin = []string{"taskset", "-c", strconv.Itoa(c.warmCPU)}
+	}
+	warmCache := filepath.Join(dir, "cache-warm")
+	if _, err := b.launch(pin, b.args(warmCache), false); err != nil {
+		return t, fmt.Errorf("filling the warm cache: %w", err)
+	}
+	for i := range c.coldRuns {
+		cache := filepath.Join(dir, fmt.Sprintf("cache-cold-%d", i))
+		r, err := b.launch(nil, b.args(cache), false)
+		if err != nil {
+			return t, fmt.Errorf("cold launch: %w", err)
+		}
+		cold = append(cold, r.running)
+		cache = filepath.Join(dir, fmt.Sprintf("cache-cold-pid1-%d", i))
+		r, err = b.launch([]string{"unshare", "--pid", "--fork", "--mount-proc", "--kill-child", "--"}, b.args(cache), false)
+		if err != nil {
+			return t, fmt.Errorf("cold launch as PID 1: %w", err)
+		}
+		coldPID1 = append(coldPID1, r.running)
+	}
+
+	// Warm launches, to Running and on to GuestReady; the RSS while the
+	// guest runs; then SIGKILL of QEMU to Failed.
+	var warm, ready, killToFailed sample
+	var rss []int
+	for range c.runs {
+		r, err := b.launch(pin, b.args(warmCache), true)
+		if err != nil {
+			return t, fmt.Errorf("warm launch: %w", err)
+		}
+		warm, ready, killToFailed = append(warm, r.running), append(ready, r.ready), append(killToFailed, r.killToFailed)
+		rss = append(rss, r.rssKiB)
+	}
+
+	// Raw QEMU booting the same kernel, initrd and command line.
+	var raw sample
+	for range c.runs {
+		d, err := b.rawBoot()
+		if err != nil {
+			return t, fmt.Errorf("raw QEMU boot: %w", err)
+		}
+		raw = append(raw, d)
+	}
+
+	// virsh create of the same domain against a warm daemon.
+	virsh, err := b.virshCreate(warmCache)
+	if err != nil {
+		return t, err
+	}
+
+	// The crash path, by flag and by annotation.
+	crash, crashCPU, err := b.crashes([]string{"--simulate-crash", b.vmi})
+	if err != nil {
+		return t, err
+	}
+	failFast, failFastCPU, err := b.crashes([]string{"--log-level", "error", b.failFastVMI})
+	if err != nil {
+		return t, err
+	}
+
+	t.add("QEMU floor: exec -> QMP handshake done (-S)", "anchor", floor)
+	t.add("virsh create, warm libvirtd, same XML", "anchor", virsh)
+	t.add("warm: launcher exec -> Running", "", warm)
+	t.ratio("  warm Running / virsh create", "<= 0.5x", warm, virsh)
+	t.ratio("  warm Running / QEMU floor", "<= 5x (moonshot)", warm, floor)
+	t.add("cold (fresh --cache-dir): exec -> Running", "<= 5s", cold)
+	t.add("cold as PID 1 (unshare --pid --fork): exec -> Running", "<= 5s", coldPID1)
+	t.add("raw QEMU exec -> ready marker on serial", "anchor", raw)
+	t.add("launcher exec -> GuestReady", "", ready)
+	t.ratio("  GuestReady / raw QEMU", "<= 1.1x", ready, raw)
+	t.add("SIGKILL of QEMU -> Failed event", "median < 50ms", killToFailed)
+	t.add("--simulate-crash exec -> exit (wall)", "median <= 5ms", crash)
+	t.add("--simulate-crash exec -> exit (CPU)", "<= 3ms", crashCPU)
+	t.add("fail-fast annotation exec -> exit (wall)", "median <= 5ms", failFast)
+	t.add("fail-fast annotation exec -> exit (CPU)", "<= 3ms", failFastCPU)
+	slices.Sort(rss)
+	t.note("launcher + helpers RSS while the guest runs (QEMU excluded)", "< 40 MiB",
+		fmt.Sprintf("median %.1f MiB (min %.1f, max %.1f, n %d)", mib(rss[len(rss)/2]), mib(rss[0]), mib(rss[len(rss)-1]), len(rss)))
+	return t, nil
+}
+
+func mib(kib int) float64 { return float64(kib) / 1024 }
+
+// qemuFloor times `qemu -S -qmp stdio` from exec to the answer to
+// qmp_capabilities, then quits it.
+func (b *bench) qemuFloor() (time.Duration, error) {
+	cmd := exec.Command(b.qemuBin, "-S", "-nodefaults", "-display", "none", "-no-user-config",
+		"-accel", "tcg", "-machine", "pc", "-m", "256", "-qmp", "stdio")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return 0, err
+	}
+	lines, start, stop, err := startQEMU(cmd)
+	if err != nil {
+		return 0, err
+	}
+	defer stop()
+	if !lines.Scan() || !strings.Contains(lines.Text(), `"QMP"`) {
+		return 0, fmt.Errorf("no QMP greeting: %q", lines.Text())
+	}
+	if _, err := io.WriteString(in, `{"execute":"qmp_capabilities"}`+"\n"); err != nil {
+		return 0, err
+	}
+	if !lines.Scan() || !strings.Contains(lines.Text(), `"return"`) {
+		return 0, fmt.Errorf("qmp_capabilities: %q", lines.Text())
+	}
+	d := time.Since(start)
+	_, _ = io.WriteString(in, `{"execute":"quit"}`+"\n")
+	return d, nil
+}
+
+// startQEMU starts cmd with its stdout read line by line; stop kills and
+// reaps it.
+func startQEMU(cmd *exec.Cmd) (lines *bufio.Scanner, start time.Time, stop func(), err error) {
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, time.Time{}, nil, err
+	}
+	start = time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, time.Time{}, nil, fmt.Errorf("starting %s: %w", cmd.Path, err)
+	}
+	return bufio.NewScanner(out), start, func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }, nil
+}
+
+// rawBoot times QEMU booting the test guest's kernel and initrd, with the
+// launcher's command line, from exec to the ready marker on the serial
+// console.
+func (b *bench) rawBoot() (time.Duration, error) {
+	cmd := exec.Command(b.qemuBin, "-nodefaults", "-display", "none", "-no-user-config", "-accel", "tcg",
+		"-machine", "pc", "-m", "256", "-smp", "1", "-kernel", b.kernel, "-initrd", b.initrd, "-append", kernelArgs,
+		"-serial", "stdio", "-no-reboot")
+	lines, start, stop, err := startQEMU(cmd)
+	if err != nil {
+		return 0, err
+	}
+	defer stop()
+	timer := time.AfterFunc(90*time.Second, func() { _ = cmd.Process.Kill() })
+	defer timer.Stop()
+	for lines.Scan() {
+		if strings.Contains(lines.Text(), readyMarker) {
+			return time.Since(start), nil
+		}
+	}
+	return 0, fmt.Errorf("QEMU ended before %s appeared on its serial console", readyMarker)
+}
+
+// launchResult is one launch, from the exec of the launcher (or of the
+// wrapper before it).
+type launchResult struct {
+	running, ready, killToFailed time.Duration
+	rssKiB                       int
+}
+
+// launch runs the launcher (behind wrapper, if any) to Running; with
+// toReady it also waits for GuestReady and reads the RSS. It then kills
+// QEMU with SIGKILL, waits for the Failed event and the exit, and checks
+// that nothing of the launch is left.
+func (b *bench) launch(wrapper, args []string, toReady bool) (launchResult, error) {
+	var res launchResult
+	argv := append(slices.Clone(wrapper), b.bin)
+	argv = append(argv, args...)
+	l, err := startLauncher(argv)
+	if err != nil {
+		return res, err
+	}
+	defer l.kill()
+	running, err := l.waitFor(launcherapi.EventRunning, 200*time.Second)
+	if err != nil {
+		return res, err
+	}
+	res.running = running.Sub(l.start)
+	if toReady {
+		at, err := l.waitFor(launcherapi.EventGuestReady, 90*time.Second)
+		if err != nil {
+			return res, err
+		}
+		res.ready = at.Sub(l.start)
+		res.rssKiB = treeRSSKiB(l.cmd.Process.Pid)
+	}
+	pids := qemu.FindQEMU(domainName, "")
+	if len(pids) != 1 {
+		return res, fmt.Errorf("want one QEMU of %s, found %v", domainName, pids)
+	}
+	killed := time.Now()
+	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+		return res, fmt.Errorf("killing QEMU: %w", err)
+	}
+	failed, err := l.waitFor(launcherapi.EventFailed, 30*time.Second)
+	if err != nil {
+		return res, err
+	}
+	res.killToFailed = failed.Sub(killed)
+	if err := l.wait(30 * time.Second); err != nil {
+		return res, err
+	}
+	if left := qemu.FindQEMU(domainName, ""); len(left) > 0 {
+		return res, fmt.Errorf("QEMU %v left after the launcher exited", left)
+	}
+	return res, nil
+}
+
+// crashes runs the launcher with args, which make it crash at once, and
+// returns exec -> exit wall time and CPU time (user + system, its children
+// included).
+func (b *bench) crashes(args []string) (wall, cpu sample, err error) {
+	for range b.runs * 3 {
+		cmd := exec.Command(b.bin, args...)
+		start := time.Now()
+		err := cmd.Run()
+		wall = append(wall, time.Since(start))
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != int(launcherapi.ExitPanic) {
+			return nil, nil, fmt.Errorf("%s %v: want exit %d (panic), got %v", b.bin, args, launcherapi.ExitPanic, err)
+		}
+		cpu = append(cpu, cmd.ProcessState.UserTime()+cmd.ProcessState.SystemTime())
+	}
+	return wall, cpu, nil
+}
+
+// virshCreate renders the launcher's domain XML (--dry-run) and times
+// `virsh create` of it on a warm libvirt daemon; the first create warms it.
+func (b *bench) virshCreate(cache string) (sample, error) {
+	xmlOut, err := exec.Command(b.bin, append([]string{"--dry-run", "--accel", "tcg"}, b.args(cache)...)...).Output()
+	if err != nil {
+		return nil, fmt.Errorf("virt-launcher --dry-run: %w", err)
+	}
+	xmlPath := filepath.Join(b.dir, "domain.xml")
 	if err := os.WriteFile(xmlPath, xmlOut, 0o644); err != nil {
-		return err
+		return nil, err
 	}
 	stopDaemon, err := ensureDaemon()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer stopDaemon()
-	var virsh []time.Duration
-	for i := 0; i < runs+1; i++ {
+	var out sample
+	for i := range b.runs + 1 {
 		start := time.Now()
-		if out, err := exec.Command("virsh", "-c", "qemu:///system", "create", xmlPath).CombinedOutput(); err != nil {
-			return fmt.Errorf("virsh create: %v: %s", err, out)
+		if msg, err := exec.Command("virsh", "-c", "qemu:///system", "create", xmlPath).CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("virsh create: %v: %s", err, msg)
 		}
 		if i > 0 {
-			virsh = append(virsh, time.Since(start))
+			out = append(out, time.Since(start))
 		}
-		exec.Command("virsh", "-c", "qemu:///system", "destroy", "bench_bench").Run()
-	}
-
-	// 4. --simulate-crash exec -> exit.
-	var crash []time.Duration
-	for i := 0; i < runs*3; i++ {
-		start := time.Now()
-		exec.Command(bin, "--simulate-crash", vmi).Run()
-		crash = append(crash, time.Since(start))
-	}
-
-	ratio := float64(median(toRunning)) / float64(median(virsh))
-	rows := []row{
-		{name: "virt-launcher exec -> Running event", values: toRunning},
-		{name: "virsh create (warm libvirtd, same XML)", values: virsh},
-		{name: "ratio launcher / virsh (medians)", target: "<= 1.1", text: fmt.Sprintf("%.2f", ratio)},
-		{name: "SIGKILL of QEMU -> Failed event", target: "median < 50ms", values: killToFailed},
-		{name: "--simulate-crash exec -> exit", values: crash},
-		{name: "launcher RSS while the guest runs", text: fmt.Sprintf("%d KiB (reaper %v KiB)", rss[0], reaperRSS)},
-	}
-	fmt.Printf("\n%-42s %-14s %10s %10s %10s  %s\n", "measurement", "target", "median", "min", "max", "n")
-	for _, r := range rows {
-		if r.values == nil {
-			fmt.Printf("%-42s %-14s %10s\n", r.name, r.target, r.text)
-			continue
+		if msg, err := exec.Command("virsh", "-c", "qemu:///system", "destroy", domainName).CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("virsh destroy: %v: %s", err, msg)
 		}
-		s := slices.Clone(r.values)
-		slices.Sort(s)
-		fmt.Printf("%-42s %-14s %10s %10s %10s  %d\n", r.name, r.target, round(median(s)), round(s[0]), round(s[len(s)-1]), len(s))
 	}
-	return nil
+	return out, nil
 }
 
-func round(d time.Duration) string { return d.Round(100 * time.Microsecond).String() }
-
-func median(d []time.Duration) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
+// launched is a running launcher whose events are read from its stdout.
 type launched struct {
-	cmd   *exec.Cmd
-	start time.Time
-	lines *bufio.Scanner
+	cmd    *exec.Cmd
+	start  time.Time
+	events chan launcherapi.Event
+	seen   chan time.Time
+	done   chan struct{}
+	stderr strings.Builder
 }
 
-type seen struct {
-	ev launcherapi.Event
-	at time.Time
-}
-
-func startLauncher(bin string, args ...string) (*launched, error) {
-	cmd := exec.Command(bin, args...)
+func startLauncher(argv []string) (*launched, error) {
+	cmd := exec.Command(argv[0], argv[1:]...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
 	}
-	cmd.Stderr = os.Stderr
-	start := time.Now()
+	l := &launched{cmd: cmd, events: make(chan launcherapi.Event, 16), seen: make(chan time.Time, 16), done: make(chan struct{})}
+	cmd.Stderr = &l.stderr
+	l.start = time.Now()
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	return &launched{cmd: cmd, start: start, lines: bufio.NewScanner(out)}, nil
+	go func() {
+		defer close(l.done)
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			at := time.Now()
+			if ev, err := launcherapi.ParseEvent(sc.Bytes()); err == nil {
+				l.events <- ev
+				l.seen <- at
+			}
+		}
+	}()
+	return l, nil
 }
 
-// waitFor reads events until name; the time is when this process read it.
-func (l *launched) waitFor(name string, timeout time.Duration) (seen, error) {
-	deadline := time.AfterFunc(timeout, func() { l.cmd.Process.Kill() })
-	defer deadline.Stop()
-	for l.lines.Scan() {
-		var ev launcherapi.Event
-		if err := json.Unmarshal(l.lines.Bytes(), &ev); err != nil {
-			continue
-		}
-		if ev.Event == name {
-			return seen{ev: ev, at: time.Now()}, nil
+// waitFor reads events until name and returns when this process read it.
+func (l *launched) waitFor(name string, timeout time.Duration) (time.Time, error) {
+	deadline := time.After(timeout)
+	for {
+		select {
+		case ev := <-l.events:
+			at := <-l.seen
+			if ev.Event == name {
+				return at, nil
+			}
+			if ev.Final() {
+				return time.Time{}, fmt.Errorf("launcher ended with %s (%s: %s) before %s; stderr: %s", ev.Event, ev.Reason, ev.Message, name, l.stderr.String())
+			}
+		case <-l.done:
+			return time.Time{}, fmt.Errorf("launcher's output ended before a %s event; stderr: %s", name, l.stderr.String())
+		case <-deadline:
+			return time.Time{}, fmt.Errorf("no %s event within %s", name, timeout)
 		}
 	}
-	return seen{}, fmt.Errorf("launcher ended before a %s event", name)
 }
 
-func (l *launched) kill() { l.cmd.Process.Kill(); l.cmd.Wait() }
-
-func rssKiB(pid int) int {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return -1
+// wait waits for the launcher to exit.
+func (l *launched) wait(timeout time.Duration) error {
+	select {
+	case <-l.done:
+	case <-time.After(timeout):
+		return fmt.Errorf("launcher did not exit within %s", timeout)
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			n, _ := strconv.Atoi(strings.Fields(v)[0])
-			return n
-		}
+	err := l.cmd.Wait()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		return err
 	}
-	return -1
+	return nil
 }
 
-// children lists the reaper processes whose parent is pid.
-func children(pid int) []int {
+// kill ends the launcher if it still runs (its process only: it tears
+// down its own QEMU, and the caller checks for leftovers).
+func (l *launched) kill() {
+	if l.cmd.ProcessState != nil {
+		return
+	}
+	_ = l.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-l.done:
+	case <-time.After(20 * time.Second):
+		_ = l.cmd.Process.Kill()
+	}
+	_ = l.cmd.Wait()
+	for _, pid := range qemu.FindQEMU(domainName, "") {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// treeRSSKiB is the RSS of pid and its descendants, QEMU excluded: the
+// launcher and whatever helper processes it runs (its reaper).
+func treeRSSKiB(pid int) int {
+	parent := map[int]int{}
 	entries, _ := os.ReadDir("/proc")
-	var out []int
 	for _, e := range entries {
 		n, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", n))
-		if err != nil {
-			continue
-		}
-		// The fields after the command name (in parentheses): state, ppid.
-		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-		if len(fields) < 2 || fields[1] != strconv.Itoa(pid) {
-			continue
-		}
-		if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", n)); strings.Contains(string(cmd), launcher.ReaperFlag) {
-			out = append(out, n)
+		if pp, ok := ppid(n); ok {
+			parent[n] = pp
 		}
 	}
-	return out
+	total := 0
+	for n := range parent {
+		if !descends(n, pid, parent) {
+			continue
+		}
+		if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", n)); strings.HasPrefix(string(comm), "qemu-system") {
+			continue
+		}
+		total += rssKiB(n)
+	}
+	return total
+}
+
+func descends(n, root int, parent map[int]int) bool {
+	for i := 0; i < 64 && n > 1; i++ {
+		if n == root {
+			return true
+		}
+		n = parent[n]
+	}
+	return n == root
+}
+
+func ppid(pid int) (int, bool) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	i := strings.LastIndexByte(string(stat), ')')
+	if i < 0 {
+		return 0, false
+	}
+	fields := strings.Fields(string(stat[i+1:]))
+	if len(fields) < 2 {
+		return 0, false
+	}
+	pp, err := strconv.Atoi(fields[1])
+	return pp, err == nil
+}
+
+func rssKiB(pid int) int {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			if f := strings.Fields(v); len(f) > 0 {
+				n, _ := strconv.Atoi(f[0])
+				return n
+			}
+		}
+	}
+	return 0
 }
 
 // ensureDaemon starts virtlogd and libvirtd with QEMU as root when no
@@ -284,24 +650,27 @@ func ensureDaemon() (func(), error) {
 	if err := os.WriteFile(conf, []byte(patched), 0o600); err != nil {
 		return nil, err
 	}
-	os.MkdirAll("/var/log/libvirt", 0o755)
+	if err := os.MkdirAll("/var/log/libvirt", 0o755); err != nil {
+		return nil, err
+	}
 	var started []*exec.Cmd
+	undo := func() {
+		for i := len(started) - 1; i >= 0; i-- {
+			_ = started[i].Process.Signal(syscall.SIGTERM)
+			_ = started[i].Wait()
+		}
+		_ = os.WriteFile(conf, orig, 0o600)
+	}
 	for _, d := range []string{"virtlogd", "libvirtd"} {
 		c := exec.Command(d)
 		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		if err := c.Start(); err != nil {
+			undo()
 			return nil, fmt.Errorf("starting %s: %w", d, err)
 		}
 		started = append(started, c)
 	}
-	undo := func() {
-		for i := len(started) - 1; i >= 0; i-- {
-			started[i].Process.Signal(syscall.SIGTERM)
-			started[i].Wait()
-		}
-		os.WriteFile(conf, orig, 0o600)
-	}
-	for i := 0; i < 100; i++ {
+	for range 100 {
 		if exec.Command("virsh", "-c", "qemu:///system", "version").Run() == nil {
 			return undo, nil
 		}

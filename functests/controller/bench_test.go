@@ -14,6 +14,10 @@ import (
 	"testing"
 	"time"
 
+	v1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/crashloop-harness/crashloop/functests/ctlharness"
 	"github.com/crashloop-harness/crashloop/pkg/controller"
 )
 
@@ -26,24 +30,36 @@ import (
 //	go test ./functests/controller -run '^$' -bench CrashLoop1000 -benchtime 1x -timeout 30m
 //
 // CRASHLOOP_BENCH_VMS, CRASHLOOP_BENCH_SCALE (default 0.2) and
-// CRASHLOOP_BENCH_DURATION (default 60s) change the run; CRASHLOOP_BENCH_FSYNC=false
+// CRASHLOOP_BENCH_DURATION (default 60s) change the run; with -short (the
+// smoke run of `make bench-smoke`) the defaults are 5 VMs for 4s, which
+// checks in seconds that the benchmark still runs end to end;
+// CRASHLOOP_BENCH_BIN_DIR takes virt-controller and virt-launcher from a
+// folder instead of building them; CRASHLOOP_BENCH_FSYNC=false
 // turns off fsync of state saves; CRASHLOOP_BENCH_LAUNCHER_NICE (default 0)
 // and CRASHLOOP_BENCH_LAUNCHER_CPU_WEIGHT (default 0: no cgroup), the
 // controller's defaults, set --launcher-nice and --launcher-cpu-weight.
 func BenchmarkCrashLoop1000(b *testing.B) {
-	vms := envInt("CRASHLOOP_BENCH_VMS", 1000)
+	defVMs, defDuration := 1000, "60s"
+	if testing.Short() {
+		defVMs, defDuration = 5, "4s"
+	}
+	vms := envInt("CRASHLOOP_BENCH_VMS", defVMs)
 	scale := envString("CRASHLOOP_BENCH_SCALE", "0.2")
-	duration, err := time.ParseDuration(envString("CRASHLOOP_BENCH_DURATION", "60s"))
+	duration, err := time.ParseDuration(envString("CRASHLOOP_BENCH_DURATION", defDuration))
 	if err != nil {
-		b.Fatal(err)
+		b.Fatalf("CRASHLOOP_BENCH_DURATION: %v", err)
 	}
 	fsync := envString("CRASHLOOP_BENCH_FSYNC", "true")
 	nice := envString("CRASHLOOP_BENCH_LAUNCHER_NICE", "0")
 	weight := envString("CRASHLOOP_BENCH_LAUNCHER_CPU_WEIGHT", "0")
-	binDir := b.TempDir()
-	if err := buildBinaries(repoRoot(), binDir); err != nil {
-		b.Fatal(err)
+	binDir := os.Getenv("CRASHLOOP_BENCH_BIN_DIR")
+	if binDir == "" {
+		binDir = b.TempDir()
+		if err := buildBinaries(repoRoot(), binDir); err != nil {
+			b.Fatal(err)
+		}
 	}
+	b.ResetTimer()
 	for range b.N {
 		r, err := runBench(binDir, b.TempDir(), vms, scale, fsync, nice, weight, duration)
 		if err != nil {
@@ -67,6 +83,13 @@ type benchResult struct {
 	rssEndMB                float64
 	threadsPeak             int
 	decision, reported      percentiles
+	// toRunning is planned retry time -> the launcher's own first log line
+	// (a --simulate-crash launcher never reaches its Running event: its
+	// first line is when its code runs).
+	toRunning          percentiles
+	fdsStart, fdsEnd   int
+	leftLaunchers      int
+	leftRuntimeEntries int
 }
 
 type percentiles struct{ p50, p90, p99, max time.Duration }
@@ -82,9 +105,12 @@ func (r benchResult) table() string {
 	for _, row := range []struct {
 		name string
 		p    percentiles
-	}{{"timer fired -> launch decided (latenessNs)", r.decision}, {"-> launcher started, state saved, event out", r.reported}} {
+	}{{"timer fired -> launch decided (latenessNs)", r.decision}, {"-> launcher started, state saved, event out", r.reported},
+		{"plan -> launcher running (its first log line)", r.toRunning}} {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", row.name, ms(row.p.p50), ms(row.p.p90), ms(row.p.p99), ms(row.p.max))
 	}
+	fmt.Fprintf(&b, "\ncontroller open fds: %d at start, %d at the end of the run; left after exit: %d launcher processes, %d entries in the launchers' runtime folder\n",
+		r.fdsStart, r.fdsEnd, r.leftLaunchers, r.leftRuntimeEntries)
 	return b.String()
 }
 
@@ -94,7 +120,11 @@ func runBench(binDir, dir string, vms int, scale, fsync, nice, weight string, du
 	r := benchResult{vms: vms, scale: scale, fsync: fsync, nice: nice, weight: weight, duration: duration}
 	var docs []string
 	for i := range vms {
-		docs = append(docs, vmSpec{name: fmt.Sprintf("vm-%04d", i), strategy: "Always"}.manifest())
+		doc, err := benchManifest(fmt.Sprintf("vm-%04d", i), v1.RunStrategyAlways)
+		if err != nil {
+			return r, err
+		}
+		docs = append(docs, doc)
 	}
 	manifest := filepath.Join(dir, "vms.yaml")
 	if err := os.WriteFile(manifest, []byte(strings.Join(docs, "---\n")), 0o644); err != nil {
@@ -112,7 +142,8 @@ func runBench(binDir, dir string, vms int, scale, fsync, nice, weight string, du
 	defer errf.Close()
 	cmd := exec.Command(filepath.Join(binDir, "virt-controller"), "run", "-o", "json",
 		"--state-dir", filepath.Join(dir, "state"), "--seed", "1", "--time-scale", scale, "--fsync="+fsync, "--launcher-nice", nice, "--launcher-cpu-weight", weight,
-		"--launcher", filepath.Join(binDir, "virt-launcher"), "--launcher-arg=--simulate-crash", manifest)
+		"--launcher", filepath.Join(binDir, "virt-launcher"), "--launcher-arg=--simulate-crash",
+		"--launcher-arg=--runtime-dir="+filepath.Join(dir, "run"), manifest)
 	cmd.Stdout, cmd.Stderr = out, errf
 	if err := cmd.Start(); err != nil {
 		return r, err
@@ -121,6 +152,7 @@ func runBench(binDir, dir string, vms int, scale, fsync, nice, weight string, du
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	end := time.Now().Add(duration)
+	r.fdsStart = -1
 	for time.Now().Before(end) {
 		select {
 		case err := <-done:
@@ -135,6 +167,12 @@ func runBench(binDir, dir string, vms int, scale, fsync, nice, weight string, du
 		if cpu, err := procCPU(pid); err == nil {
 			r.cpuSeconds = cpu
 		}
+		if fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid)); err == nil {
+			if r.fdsStart < 0 {
+				r.fdsStart = len(fds)
+			}
+			r.fdsEnd = len(fds)
+		}
 	}
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {
@@ -143,7 +181,12 @@ func runBench(binDir, dir string, vms int, scale, fsync, nice, weight string, du
 		_ = cmd.Process.Kill()
 		<-done
 	}
-	var decision, reported []time.Duration
+	r.leftLaunchers = countProcs(filepath.Join(binDir, "virt-launcher"))
+	if entries, err := os.ReadDir(filepath.Join(dir, "run")); err == nil {
+		r.leftRuntimeEntries = len(entries)
+	}
+	firstLog := launcherStarts(filepath.Join(dir, "state", "launchers"))
+	var decision, reported, toRunning []time.Duration
 	f, err := os.Open(out.Name())
 	if err != nil {
 		return r, err
@@ -163,13 +206,71 @@ func runBench(binDir, dir string, vms int, scale, fsync, nice, weight string, du
 				r.retries++
 				decision = append(decision, time.Duration(*e.LatenessNs))
 				reported = append(reported, e.Time.Sub(*e.PlannedAt))
+				if at, ok := firstLog[e.VMIUID]; ok {
+					toRunning = append(toRunning, at.Sub(*e.PlannedAt))
+				}
 			}
 		case "Exited":
 			r.fail++
 		}
 	}
-	r.decision, r.reported = pct(decision), pct(reported)
+	r.decision, r.reported, r.toRunning = pct(decision), pct(reported), pct(toRunning)
+	if r.leftLaunchers > 0 || r.leftRuntimeEntries > 0 {
+		return r, fmt.Errorf("left after the controller exited: %d launcher processes, %d entries in %s", r.leftLaunchers, r.leftRuntimeEntries, filepath.Join(dir, "run"))
+	}
 	return r, nil
+}
+
+// launcherStarts maps each VMI UID to the time of the first line in its
+// launcher's log (slog text: time=RFC 3339 with milliseconds), from the
+// launch folders state/launchers/<vm>/<attempt>-<uid>/launcher.log.
+func launcherStarts(launchers string) map[string]time.Time {
+	out := map[string]time.Time{}
+	logs, _ := filepath.Glob(filepath.Join(launchers, "*", "*", "launcher.log"))
+	for _, l := range logs {
+		_, uid, ok := strings.Cut(filepath.Base(filepath.Dir(l)), "-")
+		if !ok {
+			continue
+		}
+		f, err := os.Open(l)
+		if err != nil {
+			continue
+		}
+		line, _ := bufio.NewReader(f).ReadString('\n')
+		f.Close()
+		if v, ok := strings.CutPrefix(line, "time="); ok {
+			if at, err := time.Parse(time.RFC3339Nano, strings.Fields(v)[0]); err == nil {
+				out[uid] = at
+			}
+		}
+	}
+	return out
+}
+
+// countProcs counts live processes running the binary at path.
+func countProcs(path string) int {
+	entries, _ := os.ReadDir("/proc")
+	n := 0
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		if exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe")); err == nil && exe == path {
+			n++
+		}
+	}
+	return n
+}
+
+// benchManifest renders the test-guest VM (ctlharness.TestGuestVM) as
+// YAML. It returns the error rather than asserting with gomega, which has
+// no fail handler outside a ginkgo suite: a benchmark is a plain testing.B.
+func benchManifest(name string, strategy v1.VirtualMachineRunStrategy) (string, error) {
+	data, err := yaml.Marshal(ctlharness.TestGuestVM(name, strategy, nil, ""))
+	if err != nil {
+		return "", fmt.Errorf("rendering VM %s: %w", name, err)
+	}
+	return string(data), nil
 }
 
 func pct(ds []time.Duration) percentiles {
