@@ -22,6 +22,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/crashloop-harness/crashloop/pkg/faults"
+	"github.com/crashloop-harness/crashloop/pkg/kvdefaults"
 	"github.com/crashloop-harness/crashloop/pkg/launcher"
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/manifest"
@@ -75,10 +76,16 @@ func run(argv []string, stdin io.Reader, stdout, stderr io.Writer) launcherapi.E
 		fmt.Fprintf(stderr, "virt-launcher: %v\n", err)
 		return launcherapi.ExitInputUnreadable
 	}
-	vmi, doc, err := manifest.VMI(data, input)
+	vmi, doc, err := manifest.Read(data, input)
 	if err != nil {
 		fmt.Fprintf(stderr, "virt-launcher: %v\n", err)
 		return launcherapi.ExitInvalidManifest
+	}
+	if doc.Kind == "VirtualMachine" {
+		log.Info("the manifest is a VirtualMachine: its template runs as one VMI, one attempt", "input", input, "vmi", vmi.Namespace+"/"+vmi.Name, "uid", vmi.UID)
+	}
+	if len(doc.Ignored) > 0 {
+		log.Info("ignored cluster-only fields: "+strings.Join(doc.Ignored, ", "), "input", input)
 	}
 	if faults.WantsSimulatedCrash(vmi.Annotations) {
 		log.Info("VMI carries " + faults.FailFastAnnotation + ": crashing before libvirt or QEMU")
@@ -88,6 +95,10 @@ func run(argv []string, stdin io.Reader, stdout, stderr io.Writer) launcherapi.E
 		fmt.Fprintf(stderr, "virt-launcher: %s: %v\n", input, err)
 		return launcherapi.ExitInvalidManifest
 	}
+	// What KubeVirt's API defaulting and mutating webhook add to every VMI
+	// (a disk per volume, buses, machine type, ...), so that the manifest
+	// means here what it means in a cluster; faults then name those disks.
+	kvdefaults.Apply(vmi)
 	plan, err := faults.Parse(vmi.Annotations, args.Faults)
 	if err == nil {
 		err = plan.ValidateDisks(diskNames(vmi))

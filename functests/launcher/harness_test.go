@@ -61,6 +61,8 @@ spec:
     devices:
       disks:
         - name: data
+          disk:
+            bus: virtio
   volumes:
     - name: data
       containerDisk:

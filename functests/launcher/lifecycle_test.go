@@ -150,8 +150,8 @@ var _ = Describe("bad input", func() {
 		Entry("missing file", func() []string { return []string{filepath.Join(dir, "nope.yaml")} }, 4, "nope.yaml", "no such file"),
 		Entry("a folder instead of a file", func() []string { return []string{dir} }, 4, dir),
 		Entry("invalid YAML", func() []string { return []string{write("bad.yaml", "kind: [VirtualMachineInstance\n")} }, 5, "bad.yaml", "not valid YAML"),
-		Entry("wrong kind", func() []string { return []string{edit("kind: VirtualMachineInstance", "kind: VirtualMachine")} }, 5,
-			"edited.yaml", "field kind", `want "VirtualMachineInstance"`),
+		Entry("wrong kind", func() []string { return []string{edit("kind: VirtualMachineInstance", "kind: VirtualMachinePreset")} }, 5,
+			"edited.yaml", "field kind", `want "VirtualMachineInstance" or "VirtualMachine"`),
 		Entry("a misspelled field", func() []string { return []string{edit("guest: 256Mi", "gest: 256Mi")} }, 5, "spec.domain.memory.gest", "unknown field"),
 		Entry("nothing to boot", func() []string {
 			b, _ := os.ReadFile(good())

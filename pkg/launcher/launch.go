@@ -12,7 +12,10 @@ import (
 
 	"k8s.io/utils/clock"
 	v1 "kubevirt.io/api/core/v1"
+	"libvirt.org/go/libvirtxml"
+	"sigs.k8s.io/yaml"
 
+	"github.com/crashloop-harness/crashloop/pkg/containerdisk"
 	"github.com/crashloop-harness/crashloop/pkg/faults"
 	"github.com/crashloop-harness/crashloop/pkg/hypervisor"
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
@@ -63,6 +66,14 @@ func Launch(ctx context.Context, o Options) launcherapi.ExitCode {
 	if err != nil {
 		images = nil
 		log.Debug("no image folder", "err", err)
+	} else {
+		// containerDisks from OCI images are extracted once per manifest
+		// digest, beside the QEMU capability cache.
+		cd := containerdisk.Options{Logger: log}
+		if a.CacheDir != "" {
+			cd.CacheDir = filepath.Join(filepath.Dir(a.CacheDir), "containerdisks")
+		}
+		images.UseContainerDisks(cd)
 	}
 	consoleLog := a.ConsoleLog
 	if consoleLog == "" {
@@ -128,7 +139,7 @@ func Launch(ctx context.Context, o Options) launcherapi.ExitCode {
 		return usage("--runtime-dir", err)
 	}
 	defer dropScratch()
-	dom, err := qemu.BuildDomain(vmi, qemu.DomainOptions{Accel: accel, Images: images, ConsoleLog: consoleLog, ScratchDir: scratch})
+	conv, err := qemu.Convert(ctx, vmi, qemu.DomainOptions{Accel: accel, Images: images, ConsoleLog: consoleLog, ScratchDir: scratch, ClaimDir: a.ClaimDir})
 	if err != nil {
 		if images == nil {
 			fmt.Fprintf(o.Stderr, "virt-launcher: %s: %v (image folder %s: not readable; build it with `make images` or pass --image-dir)\n", o.Input, err, a.ImageDir)
@@ -136,6 +147,10 @@ func Launch(ctx context.Context, o Options) launcherapi.ExitCode {
 			fmt.Fprintf(o.Stderr, "virt-launcher: %s: %v\n", o.Input, err)
 		}
 		return launcherapi.ExitInvalidManifest
+	}
+	dom := conv.Domain
+	for _, note := range conv.Notes {
+		log.Info(note)
 	}
 
 	seed := a.Seed
@@ -156,7 +171,8 @@ func Launch(ctx context.Context, o Options) launcherapi.ExitCode {
 		built := &DomainEdit{Domain: dom, Scratch: scratch}
 		if err = hooks.BuildDomain(built); err == nil {
 			return start(ctx, o, launchPlan{dom: built, hooks: hooks, seed: seed, timeout: qemuTimeout, grace: grace,
-				decisions: decisions, sess: sess, accel: string(accel), accelReason: why, consoleLog: consoleLog, libvirtLog: libvirtLog}, log)
+				decisions: decisions, sess: sess, accel: string(accel), accelReason: why, consoleLog: consoleLog, libvirtLog: libvirtLog,
+				ports: conv.Ports}, log)
 		}
 	}
 	fmt.Fprintf(o.Stderr, "virt-launcher: %s: %v\n", o.Input, err)
@@ -173,19 +189,14 @@ type launchPlan struct {
 	sess                   qemu.SessionOptions
 	accel, accelReason     string
 	consoleLog, libvirtLog string
+	ports                  []qemu.PortForward
 }
 
 // start is the dry run, or the Scheduled event and the lifecycle.
 func start(ctx context.Context, o Options, p launchPlan, log *slog.Logger) launcherapi.ExitCode {
 	a, vmi := o.Args, o.VMI
 	if a.DryRun {
-		xml, err := p.dom.Domain.Marshal()
-		if err != nil {
-			log.Error("rendering domain XML", "err", err)
-			return launcherapi.ExitInternal
-		}
-		fmt.Fprintln(o.Stdout, xml)
-		return launcherapi.ExitSucceeded
+		return dryRun(o.Stdout, vmi, p.dom.Domain, log)
 	}
 	events := NewEmitter(o.Stdout, a.EventFormat, launcherapi.Event{VMI: vmi.Name, Namespace: vmi.Namespace, UID: string(vmi.UID), Attempt: a.Attempt})
 	libvirtMode := "embedded:" + p.sess.Root
@@ -235,16 +246,17 @@ func start(ctx context.Context, o Options, p launchPlan, log *slog.Logger) launc
 			}
 			return s, nil
 		},
-		Domain:      p.dom.Domain,
-		Built:       p.dom,
-		Console:     watchConsole(clk, p.consoleLog, log),
-		ReadyMarker: a.ReadyMarker,
-		QemuTimeout: p.timeout,
-		GracePeriod: p.grace,
-		Hooks:       p.hooks,
-		Clock:       clk,
-		Events:      events,
-		Log:         log,
+		Domain:         p.dom.Domain,
+		Built:          p.dom,
+		Console:        watchConsole(clk, p.consoleLog, log),
+		RunningDetails: runningDetails(p.ports),
+		ReadyMarker:    a.ReadyMarker,
+		QemuTimeout:    p.timeout,
+		GracePeriod:    p.grace,
+		Hooks:          p.hooks,
+		Clock:          clk,
+		Events:         events,
+		Log:            log,
 	})
 	log.Info("launch ended", "phase", res.Phase, "reason", res.Reason, "exitCode", int(res.ExitCode))
 	return res.ExitCode
@@ -287,4 +299,38 @@ func scratchDir(root, runtimeDir string) (string, func(), error) {
 		return "", nil, err
 	}
 	return dir, func() { os.RemoveAll(dir) }, nil
+}
+
+// dryRun prints the VMI as it runs, KubeVirt's defaults applied, as a YAML
+// document, then the domain XML.
+func dryRun(out io.Writer, vmi *v1.VirtualMachineInstance, dom *libvirtxml.Domain, log *slog.Logger) launcherapi.ExitCode {
+	doc, err := yaml.Marshal(vmi)
+	if err != nil {
+		log.Error("rendering the defaulted VMI", "err", err)
+		return launcherapi.ExitInternal
+	}
+	xml, err := dom.Marshal()
+	if err != nil {
+		log.Error("rendering domain XML", "err", err)
+		return launcherapi.ExitInternal
+	}
+	fmt.Fprintf(out, "---\n%s", doc)
+	fmt.Fprintln(out, xml)
+	return launcherapi.ExitSucceeded
+}
+
+// runningDetails are the Running event's details beyond its timing: the
+// forwarded guest ports under "ports", when there are any.
+func runningDetails(ports []qemu.PortForward) map[string]any {
+	if len(ports) == 0 {
+		return nil
+	}
+	list := make([]map[string]any, 0, len(ports))
+	for _, p := range ports {
+		list = append(list, map[string]any{
+			"interface": p.Interface, "name": p.Name, "protocol": p.Protocol,
+			"guestPort": p.GuestPort, "hostIP": p.HostAddress, "hostPort": p.HostPort,
+		})
+	}
+	return map[string]any{"ports": list}
 }

@@ -39,6 +39,9 @@ type Config struct {
 	// Console, when set, follows the guest's serial console from just
 	// before the domain start until ctx ends.
 	Console func(ctx context.Context) <-chan ConsoleLine
+	// RunningDetails are added to the Running event's details (the
+	// forwarded ports).
+	RunningDetails map[string]any
 	// ReadyMarker is the console text of GuestReady; empty disables it.
 	ReadyMarker string
 	// QemuTimeout is the drawn start timeout, armed when Run starts.
@@ -346,8 +349,11 @@ func (l *launch) checkRunning(ctx context.Context) error {
 	}
 	l.running = true
 	now := l.cfg.Clock.Now()
-	ev := launcherapi.Event{Time: now, Event: launcherapi.EventRunning, Phase: launcherapi.PhaseRunning,
-		Details: map[string]any{"startSeconds": now.Sub(l.startAt).Seconds()}}
+	details := map[string]any{"startSeconds": now.Sub(l.startAt).Seconds()}
+	for k, v := range l.cfg.RunningDetails {
+		details[k] = v
+	}
+	ev := launcherapi.Event{Time: now, Event: launcherapi.EventRunning, Phase: launcherapi.PhaseRunning, Details: details}
 	if err := l.cfg.Events.Emit(ev); err != nil {
 		l.cfg.Log.Error("writing event", "err", err)
 	}

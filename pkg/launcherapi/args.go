@@ -78,6 +78,10 @@ type Args struct {
 	// Extra are further arguments put before the manifest, verbatim (a
 	// runner's pass-through flags).
 	Extra []string
+	// ClaimDir holds the persistentVolumeClaim and dataVolume volumes in
+	// KubeVirt's file-system PVC layout: claim NAME is ClaimDir/NAME/disk.img.
+	// Empty refuses such volumes.
+	ClaimDir string
 }
 
 // DefaultArgs are the effective values of every flag left off.
@@ -134,6 +138,7 @@ func (a Args) Build() []string {
 	for _, f := range a.Faults {
 		out = append(out, "--fault", f)
 	}
+	str("--claim-dir", a.ClaimDir)
 	out = append(out, a.Extra...)
 	if a.Manifest != "" {
 		out = append(out, a.Manifest)
@@ -171,8 +176,9 @@ func (a *Args) FlagSet(out io.Writer) *pflag.FlagSet {
 	fs.StringVar(&a.EventFormat, "event-format", a.EventFormat, "event stream format on stdout: json (one object per line) or text (for people)")
 	fs.StringVar(&a.LogLevel, "log-level", a.LogLevel, "log level on stderr: debug, info, warn, error")
 	fs.BoolVar(&a.SimulateCrash, "simulate-crash", a.SimulateCrash, "panic at once, before libvirt or QEMU (KubeVirt's crash-loop test hook)")
-	fs.BoolVar(&a.DryRun, "dry-run", a.DryRun, "print the libvirt domain XML (faults applied) to stdout and exit without starting anything")
+	fs.BoolVar(&a.DryRun, "dry-run", a.DryRun, "print the VMI with KubeVirt's defaults applied (a YAML document) and the libvirt domain XML (faults applied) to stdout and exit without starting anything")
 	fs.StringArrayVar(&a.Faults, "fault", a.Faults, "inject a fault: NAME[=TERM] (repeatable; see the fault table in the README)")
+	fs.StringVar(&a.ClaimDir, "claim-dir", a.ClaimDir, "folder of persistentVolumeClaim and dataVolume volumes: claim NAME is DIR/NAME/disk.img (empty: such volumes are refused)")
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: virt-launcher [flags] VMI.yaml\n\nBoots one KubeVirt VirtualMachineInstance (YAML or JSON file, - for stdin) through libvirt.\n\nFlags:\n%s", fs.FlagUsages())
 	}

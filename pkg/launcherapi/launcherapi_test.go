@@ -18,7 +18,7 @@ func TestArgsRoundTrip(t *testing.T) {
 		Manifest: "/x/vmi.json", Accel: AccelTCG, LibvirtURI: "qemu:///system", RuntimeDir: "/r", CacheDir: "/c",
 		ImageDir: "/i", ConsoleLog: "/x/console.log", ReadyMarker: "READY", StartTimeout: FixedStartTimeout(283 * time.Second),
 		GracePeriod: &grace, Seed: 1<<63 + 5, Attempt: 4, EventFormat: FormatText, LogLevel: "debug",
-		SimulateCrash: true, DryRun: true, Faults: []string{"qemu-hang", "qemu-kill=50%2*after=1s"},
+		SimulateCrash: true, DryRun: true, Faults: []string{"qemu-hang", "qemu-kill=50%2*after=1s"}, ClaimDir: "/claims",
 	}
 	argv := in.Build()
 	if got := strings.Join(argv, " "); !strings.Contains(got, "--qemu-timeout 283s --qemu-timeout-jitter 0s") {

@@ -87,7 +87,8 @@ func InjectDiskErrors(dom *libvirtxml.Domain, f DiskFault, scratch string) (stri
 	if err != nil {
 		return "", fmt.Errorf("disk fault: %w", err)
 	}
-	device := "virtio-blk-pci,drive=" + node + ",id=" + node
+	bus, slot := cmdlineSlot(dom)
+	device := fmt.Sprintf("virtio-blk-pci,drive=%s,id=%s,bus=%s,addr=%#x", node, node, bus, slot)
 	if disk.Serial != "" {
 		device += ",serial=" + disk.Serial
 	}
@@ -102,4 +103,30 @@ func InjectDiskErrors(dom *libvirtxml.Domain, f DiskFault, scratch string) (stri
 	)
 	dom.Devices.Disks = append(dom.Devices.Disks[:idx], dom.Devices.Disks[idx+1:]...)
 	return disk.Target.Dev, nil
+}
+
+// cmdlineSlot is the root bus and a free slot on it for one more device on
+// QEMU's command line, which libvirt does not know: left to QEMU it takes
+// the lowest free slot, which libvirt has given to a controller of its own
+// (q35's first pcie-root-port). Slots from 0x1a down are the ones libvirt
+// fills last; the forwarded-port NICs take them first (setInterfaces), so
+// the next is below the lowest one already on the command line.
+func cmdlineSlot(dom *libvirtxml.Domain) (bus string, slot int) {
+	bus = "pci.0"
+	if dom.OS != nil && dom.OS.Type != nil && strings.Contains(dom.OS.Type.Machine, "q35") {
+		bus = "pcie.0"
+	}
+	slot = 0x1a
+	if dom.QEMUCommandline == nil {
+		return bus, slot
+	}
+	for _, arg := range dom.QEMUCommandline.Args {
+		for _, opt := range strings.Split(arg.Value, ",") {
+			var used int
+			if _, err := fmt.Sscanf(opt, "addr=%v", &used); err == nil && used <= slot {
+				slot = used - 1
+			}
+		}
+	}
+	return bus, slot
 }
