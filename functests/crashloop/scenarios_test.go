@@ -169,7 +169,7 @@ var _ = Describe("scenario 4: which failures count", Label("running-rule"), Seri
 		for _, v := range kills() {
 			files = append(files, w.write(v))
 		}
-		p := w.run(4, []string{"--time-scale", fast, "--qemu-timeout", bootTimeout, "--count-running-failures-within", "30m"}, files...)
+		p := w.run(4, []string{"--time-scale", fast, "--qemu-timeout", bootTimeout, "--count-running-failures-within", "100m"}, files...)
 		for _, v := range kills() {
 			waitSecond(p, v.name)
 		}
@@ -177,13 +177,13 @@ var _ = Describe("scenario 4: which failures count", Label("running-rule"), Seri
 		for name, reason := range map[string]string{"kill-running": "VMCrashed", "panic": "GuestPanicked"} {
 			e := exitOf(p, name)
 			Expect(e.Reason).To(Equal(reason), name)
-			Expect(e.FailCount).To(Equal(1), "%s: ended within 30m (scaled: 18s) of Running, so it counts", name)
+			Expect(e.FailCount).To(Equal(1), "%s: ended within 100m (scaled: 60s) of Running, so it counts", name)
 			plans := p.Events(controller.EventBackoffPlanned, name)
 			Expect(plans).NotTo(BeEmpty(), name)
 			Expect(p.Events(controller.EventStarted, name)[1].PlannedAt).NotTo(BeNil(), "%s waited out a backoff", name)
 			report("scenario 4 option", "%s: %s after Running counted, backoff %s", name, reason, plans[0].ScaledDelay)
 		}
-		w.saveTimeline("scenario4-count-running-failures", "scenario 4: --count-running-failures-within 30m", p)
+		w.saveTimeline("scenario4-count-running-failures", "scenario 4: --count-running-failures-within 100m", p)
 	})
 })
 
