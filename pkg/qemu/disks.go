@@ -1,0 +1,279 @@
+package qemu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	v1 "kubevirt.io/api/core/v1"
+	"libvirt.org/go/libvirtxml"
+
+	"github.com/crashloop-harness/crashloop/pkg/cloudinit"
+)
+
+func setDisks(ctx context.Context, dom *libvirtxml.Domain, vmi *v1.VirtualMachineInstance, opts *DomainOptions) error {
+	volumes := map[string]*v1.Volume{}
+	index := map[string]int{}
+	for i := range vmi.Spec.Volumes {
+		v := &vmi.Spec.Volumes[i]
+		if _, dup := volumes[v.Name]; dup {
+			return &SpecError{Field: fmt.Sprintf("spec.volumes[%d].name", i), Msg: fmt.Sprintf("duplicate volume name %q", v.Name)}
+		}
+		volumes[v.Name], index[v.Name] = v, i
+	}
+	used := map[string]bool{}
+	next := map[string]int{}
+	for i, d := range vmi.Spec.Domain.Devices.Disks {
+		field := fmt.Sprintf("spec.domain.devices.disks[%d]", i)
+		v, ok := volumes[d.Name]
+		if !ok {
+			return &SpecError{Field: field + ".name", Msg: fmt.Sprintf("no volume named %q in spec.volumes", d.Name)}
+		}
+		if used[d.Name] {
+			return &SpecError{Field: field + ".name", Msg: fmt.Sprintf("volume %q is used by two disks", d.Name)}
+		}
+		used[d.Name] = true
+		device, bus, busField, readonly := "disk", v1.DiskBusVirtio, field+".disk.bus", false
+		switch {
+		case d.LUN != nil:
+			return &SpecError{Field: field + ".lun", Msg: "is not supported (SCSI pass-through needs a block device): use disk"}
+		case d.CDRom != nil:
+			device, busField, readonly = "cdrom", field+".cdrom.bus", enabledOr(d.CDRom.ReadOnly, true)
+			bus = v1.DiskBusSATA
+			if d.CDRom.Bus != "" {
+				bus = d.CDRom.Bus
+			}
+		case d.Disk != nil:
+			if d.Disk.Bus != "" {
+				bus = d.Disk.Bus
+			}
+			readonly = d.Disk.ReadOnly
+		}
+		prefix := ""
+		switch {
+		case bus == v1.DiskBusVirtio && device == "disk":
+			prefix = "vd"
+		case bus == v1.DiskBusSATA:
+			prefix = "sd"
+		default:
+			allowed := "virtio, sata"
+			if device == "cdrom" {
+				allowed = "sata"
+			}
+			return &SpecError{Field: busField, Msg: fmt.Sprintf("%q is not supported (allowed: %s)", bus, allowed)}
+		}
+		src, err := diskSource(ctx, vmi, v, fmt.Sprintf("spec.volumes[%d]", index[v.Name]), opts)
+		if err != nil {
+			return err
+		}
+		path, format := src.path, src.format
+		if format == "" {
+			if format, err = imageFormat(path); err != nil {
+				return &SpecError{Field: field, Msg: err.Error()}
+			}
+		}
+		readonly = readonly || src.readonly
+		if src.ephemeral && opts.ScratchDir != "" && !readonly {
+			// A container disk is ephemeral in KubeVirt: writes go to an
+			// overlay that is thrown away, never into the image itself.
+			overlay, err := createOverlay(path, format, opts.ScratchDir, d.Name)
+			if err != nil {
+				return &SpecError{Field: field, Msg: err.Error()}
+			}
+			path, format = overlay, "qcow2"
+		} else if src.ephemeral {
+			readonly = true
+		}
+		disk := libvirtxml.DomainDisk{
+			Device: device,
+			Alias:  &libvirtxml.DomainAlias{Name: "ua-" + d.Name},
+			Driver: &libvirtxml.DomainDiskDriver{Name: "qemu", Type: format},
+			Source: &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: path}},
+			Target: &libvirtxml.DomainDiskTarget{Dev: prefix + string(rune('a'+next[prefix])), Bus: string(bus)},
+			Serial: d.Serial,
+		}
+		if d.BootOrder != nil {
+			disk.Boot = &libvirtxml.DomainDeviceBoot{Order: *d.BootOrder}
+		}
+		next[prefix]++
+		if readonly {
+			disk.ReadOnly = &libvirtxml.DomainDiskReadOnly{}
+		}
+		dom.Devices.Disks = append(dom.Devices.Disks, disk)
+	}
+	for i, v := range vmi.Spec.Volumes {
+		if !used[v.Name] {
+			return &SpecError{Field: fmt.Sprintf("spec.volumes[%d]", i), Msg: fmt.Sprintf("volume %q is not used by any disk in spec.domain.devices.disks", v.Name)}
+		}
+	}
+	return nil
+}
+
+// source is where a volume's disk comes from.
+type source struct {
+	path string
+	// format is "" when imageFormat should tell.
+	format string
+	// ephemeral: writes go to a throw-away overlay.
+	ephemeral bool
+	readonly  bool
+}
+
+func diskSource(ctx context.Context, vmi *v1.VirtualMachineInstance, v *v1.Volume, field string, opts *DomainOptions) (source, error) {
+	switch {
+	case v.HostDisk != nil:
+		hd := v.HostDisk
+		if hd.Path == "" {
+			return source{}, &SpecError{Field: field + ".hostDisk.path", Msg: "must be set"}
+		}
+		switch hd.Type {
+		case v1.HostDiskExists:
+			if _, err := os.Stat(hd.Path); err != nil {
+				return source{}, &SpecError{Field: field + ".hostDisk.path", Msg: fmt.Sprintf("type Disk needs an existing file: %v", err)}
+			}
+		case v1.HostDiskExistsOrCreate:
+			if err := createSparse(hd.Path, hd.Capacity.Value()); err != nil {
+				return source{}, &SpecError{Field: field + ".hostDisk", Msg: err.Error()}
+			}
+		default:
+			return source{}, &SpecError{Field: field + ".hostDisk.type", Msg: fmt.Sprintf("%q is not allowed (allowed: Disk, DiskOrCreate)", hd.Type)}
+		}
+		return source{path: hd.Path}, nil
+	case v.ContainerDisk != nil:
+		if opts.Images == nil {
+			return source{}, &SpecError{Field: field + ".containerDisk.image", Msg: "no image folder to resolve it (pass --image-dir)"}
+		}
+		p, err := opts.Images.Disk(v.ContainerDisk.Image, v.ContainerDisk.Path)
+		if err != nil {
+			return source{}, &SpecError{Field: field + ".containerDisk", Msg: err.Error()}
+		}
+		return source{path: p, ephemeral: true}, nil
+	case v.PersistentVolumeClaim != nil:
+		p, err := claimFile(opts.ClaimDir, v.PersistentVolumeClaim.ClaimName, field+".persistentVolumeClaim.claimName")
+		return source{path: p, readonly: v.PersistentVolumeClaim.ReadOnly}, err
+	case v.DataVolume != nil:
+		p, err := claimFile(opts.ClaimDir, v.DataVolume.Name, field+".dataVolume.name")
+		return source{path: p}, err
+	case v.Ephemeral != nil:
+		if v.Ephemeral.PersistentVolumeClaim == nil {
+			return source{}, &SpecError{Field: field + ".ephemeral.persistentVolumeClaim", Msg: "must be set"}
+		}
+		p, err := claimFile(opts.ClaimDir, v.Ephemeral.PersistentVolumeClaim.ClaimName, field+".ephemeral.persistentVolumeClaim.claimName")
+		return source{path: p, ephemeral: true}, err
+	case v.EmptyDisk != nil:
+		size := v.EmptyDisk.Capacity.Value()
+		if size <= 0 {
+			return source{}, &SpecError{Field: field + ".emptyDisk.capacity", Msg: "must be a positive size (for example 1Gi)"}
+		}
+		if opts.ScratchDir == "" {
+			return source{}, &SpecError{Field: field + ".emptyDisk", Msg: "an empty disk needs a per-VMI folder (no scratch folder given)"}
+		}
+		p, err := createEmptyDisk(ctx, opts.ScratchDir, v.Name, size)
+		if err != nil {
+			return source{}, &SpecError{Field: field + ".emptyDisk", Msg: err.Error()}
+		}
+		return source{path: p, format: "qcow2"}, nil
+	case cloudinit.IsVolume(v):
+		data, err := cloudinit.FromVolume(vmi, v, field)
+		if err != nil {
+			var fe *cloudinit.FieldError
+			if errors.As(err, &fe) {
+				return source{}, &SpecError{Field: fe.Field, Msg: fe.Msg}
+			}
+			return source{}, err
+		}
+		if opts.ScratchDir == "" {
+			return source{}, &SpecError{Field: field, Msg: "a cloud-init disk needs a per-VMI folder (no scratch folder given)"}
+		}
+		if err := os.MkdirAll(opts.ScratchDir, 0o700); err != nil {
+			return source{}, &SpecError{Field: field, Msg: err.Error()}
+		}
+		p := filepath.Join(opts.ScratchDir, "cloudinit-"+v.Name+".iso")
+		if err := data.WriteISO(ctx, p); err != nil {
+			return source{}, &SpecError{Field: field, Msg: err.Error()}
+		}
+		return source{path: p, format: "raw", readonly: true}, nil
+	}
+	return source{}, &SpecError{Field: field, Msg: "unsupported volume source (supported: hostDisk, containerDisk, persistentVolumeClaim, dataVolume, ephemeral, emptyDisk, cloudInitNoCloud, cloudInitConfigDrive)"}
+}
+
+// claimFile is a claim's disk image in KubeVirt's file-system PVC layout.
+func claimFile(dir, name, field string) (string, error) {
+	if name == "" {
+		return "", &SpecError{Field: field, Msg: "must be set"}
+	}
+	if dir == "" {
+		return "", &SpecError{Field: field, Msg: fmt.Sprintf("claim %q needs a claim folder (pass --claim-dir DIR; the claim is DIR/%s/disk.img)", name, name)}
+	}
+	if strings.Contains(name, "/") || name == "." || name == ".." {
+		return "", &SpecError{Field: field, Msg: fmt.Sprintf("%q is not a claim name", name)}
+	}
+	p := filepath.Join(dir, name, "disk.img")
+	if _, err := os.Stat(p); err != nil {
+		return "", &SpecError{Field: field, Msg: fmt.Sprintf("claim %q has no disk image: %v", name, err)}
+	}
+	return p, nil
+}
+
+// createEmptyDisk makes a sparse qcow2 of size bytes with qemu-img.
+func createEmptyDisk(ctx context.Context, dir, name string, size int64) (string, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("creating empty-disk folder: %w", err)
+	}
+	p := filepath.Join(dir, "emptydisk-"+name+".qcow2")
+	out, err := exec.CommandContext(ctx, "qemu-img", "create", "-q", "-f", "qcow2", p, strconv.FormatInt(size, 10)).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("creating empty disk %s with qemu-img: %v: %s", p, err, strings.TrimSpace(string(out)))
+	}
+	return p, nil
+}
+
+func createSparse(path string, size int64) error {
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	if size <= 0 {
+		return fmt.Errorf("type DiskOrCreate needs a capacity to create %s", path)
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("creating disk: %w", err)
+	}
+	if err := f.Truncate(size); err != nil {
+		f.Close()
+		return fmt.Errorf("sizing disk %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// imageFormat tells qcow2 from raw by the qcow2 magic.
+func imageFormat(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("opening disk image: %w", err)
+	}
+	defer f.Close()
+	magic := make([]byte, 4)
+	if n, _ := f.Read(magic); n == 4 && string(magic) == "QFI\xfb" {
+		return "qcow2", nil
+	}
+	return "raw", nil
+}
+
+// createOverlay makes a qcow2 overlay of image in dir with qemu-img.
+func createOverlay(image, format, dir, name string) (string, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("creating overlay folder: %w", err)
+	}
+	overlay := filepath.Join(dir, "overlay-"+name+".qcow2")
+	out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", "-F", format, "-b", image, overlay).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("creating overlay of %s with qemu-img: %v: %s", image, err, strings.TrimSpace(string(out)))
+	}
+	return overlay, nil
+}

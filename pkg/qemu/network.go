@@ -1,0 +1,139 @@
+package qemu
+
+import (
+	"fmt"
+	"net"
+	"strings"
+
+	v1 "kubevirt.io/api/core/v1"
+	"libvirt.org/go/libvirtxml"
+)
+
+// setInterfaces attaches the pod network, the only network a launcher has:
+// an interface with the bridge or masquerade binding (KubeVirt's webhook
+// adds a bridge one named "default") on a network with a pod source
+// becomes a NIC on QEMU's user-mode network, which like a pod network gives
+// the guest a private address with outbound NAT. An interface with ports
+// gets each forwarded from a loopback port on the host (QEMU hostfwd); as
+// libvirt 9.0 has no XML for that with the user-mode back end, such an
+// interface goes onto QEMU's command line.
+func setInterfaces(dom *libvirtxml.Domain, spec *v1.VirtualMachineInstanceSpec, hostPort func(string, int) (int, error)) ([]PortForward, error) {
+	if hostPort == nil {
+		hostPort = freeLoopbackPort
+	}
+	networks := map[string]v1.Network{}
+	for _, n := range spec.Networks {
+		networks[n.Name] = n
+	}
+	used := map[string]bool{}
+	var forwards []PortForward
+	cmdlineNICs := 0
+	for i, iface := range spec.Domain.Devices.Interfaces {
+		field := fmt.Sprintf("spec.domain.devices.interfaces[%d]", i)
+		n, ok := networks[iface.Name]
+		if !ok {
+			return nil, &SpecError{Field: field + ".name", Msg: fmt.Sprintf("no network named %q in spec.networks", iface.Name)}
+		}
+		if n.Pod == nil {
+			kind := "multus"
+			if n.Multus == nil {
+				kind = "this network type"
+			}
+			return nil, &SpecError{Field: fmt.Sprintf("spec.networks[name=%s]", n.Name), Msg: kind + " is not supported: only the pod network is (one machine has no other networks)"}
+		}
+		b := iface.InterfaceBindingMethod
+		switch {
+		case b.SRIOV != nil:
+			return nil, &SpecError{Field: field + ".sriov", Msg: "is not supported: only the bridge and masquerade bindings are"}
+		case b.DeprecatedSlirp != nil, b.DeprecatedPasst != nil, b.DeprecatedMacvtap != nil:
+			return nil, &SpecError{Field: field, Msg: "this deprecated binding is not supported: only the bridge and masquerade bindings are"}
+		case iface.Binding != nil:
+			return nil, &SpecError{Field: field + ".binding", Msg: "network binding plugins are not supported: only the bridge and masquerade bindings are"}
+		}
+		model := iface.Model
+		if model == "" {
+			model = "virtio"
+		}
+		qemuModel, ok := map[string]string{"virtio": "virtio-net-pci", "e1000": "e1000", "e1000e": "e1000e", "rtl8139": "rtl8139"}[model]
+		if !ok {
+			return nil, &SpecError{Field: field + ".model", Msg: fmt.Sprintf("%q is not supported (allowed: virtio, e1000, e1000e, rtl8139)", model)}
+		}
+		used[n.Name] = true
+		if len(iface.Ports) == 0 {
+			nic := libvirtxml.DomainInterface{
+				Source: &libvirtxml.DomainInterfaceSource{User: &libvirtxml.DomainInterfaceSourceUser{}},
+				Model:  &libvirtxml.DomainInterfaceModel{Type: model},
+			}
+			if iface.MacAddress != "" {
+				nic.MAC = &libvirtxml.DomainInterfaceMAC{Address: iface.MacAddress}
+			}
+			dom.Devices.Interfaces = append(dom.Devices.Interfaces, nic)
+			continue
+		}
+		netdev := "user,id=ua-" + iface.Name
+		for j, p := range iface.Ports {
+			pf := fmt.Sprintf("%s.ports[%d]", field, j)
+			proto := strings.ToUpper(p.Protocol)
+			if proto == "" {
+				proto = "TCP"
+			}
+			if proto != "TCP" && proto != "UDP" {
+				return nil, &SpecError{Field: pf + ".protocol", Msg: fmt.Sprintf("%q is not supported (allowed: TCP, UDP)", p.Protocol)}
+			}
+			if p.Port < 1 || p.Port > 65535 {
+				return nil, &SpecError{Field: pf + ".port", Msg: fmt.Sprintf("%d is not a port (1-65535)", p.Port)}
+			}
+			hp, err := hostPort(proto, int(p.Port))
+			if err != nil {
+				return nil, &SpecError{Field: pf, Msg: fmt.Sprintf("choosing a host port: %v", err)}
+			}
+			forwards = append(forwards, PortForward{Interface: iface.Name, Name: p.Name, Protocol: proto, GuestPort: int(p.Port), HostAddress: "127.0.0.1", HostPort: hp})
+			netdev += fmt.Sprintf(",hostfwd=%s:127.0.0.1:%d-:%d", strings.ToLower(proto), hp, p.Port)
+		}
+		// libvirt does not know this device, so it must not pick its PCI
+		// slot: slots from 0x1a down on the root bus are ones libvirt
+		// fills last (it counts up from slot 1) and q35 leaves free when
+		// there is no USB or sound controller.
+		bus := "pci.0"
+		if strings.Contains(dom.OS.Type.Machine, "q35") {
+			bus = "pcie.0"
+		}
+		device := fmt.Sprintf("%s,netdev=ua-%s,bus=%s,addr=%#x", qemuModel, iface.Name, bus, 0x1a-cmdlineNICs)
+		cmdlineNICs++
+		if iface.MacAddress != "" {
+			device += ",mac=" + iface.MacAddress
+		}
+		if dom.QEMUCommandline == nil {
+			dom.QEMUCommandline = &libvirtxml.DomainQEMUCommandline{}
+		}
+		dom.QEMUCommandline.Args = append(dom.QEMUCommandline.Args,
+			libvirtxml.DomainQEMUCommandlineArg{Value: "-netdev"}, libvirtxml.DomainQEMUCommandlineArg{Value: netdev},
+			libvirtxml.DomainQEMUCommandlineArg{Value: "-device"}, libvirtxml.DomainQEMUCommandlineArg{Value: device})
+	}
+	for _, n := range spec.Networks {
+		if !used[n.Name] {
+			return nil, &SpecError{Field: fmt.Sprintf("spec.networks[name=%s]", n.Name), Msg: "no interface in spec.domain.devices.interfaces uses this network"}
+		}
+	}
+	return forwards, nil
+}
+
+// freeLoopbackPort asks the kernel for a free loopback port of protocol.
+// QEMU binds it moments later; another process taking it in between makes
+// the start fail, not misroute.
+func freeLoopbackPort(protocol string, _ int) (int, error) {
+	if protocol == "UDP" {
+		c, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		defer c.Close()
+		return c.LocalAddr().(*net.UDPAddr).Port, nil
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
