@@ -1,0 +1,222 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
+	"github.com/crashloop-harness/crashloop/pkg/qemu"
+)
+
+// launched is a running launcher whose events are read from its stdout.
+type launched struct {
+	cmd    *exec.Cmd
+	start  time.Time
+	events chan launcherapi.Event
+	seen   chan time.Time
+	done   chan struct{}
+	stderr strings.Builder
+}
+
+func startLauncher(argv []string) (*launched, error) {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	l := &launched{cmd: cmd, events: make(chan launcherapi.Event, 16), seen: make(chan time.Time, 16), done: make(chan struct{})}
+	cmd.Stderr = &l.stderr
+	l.start = time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() {
+		defer close(l.done)
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			at := time.Now()
+			if ev, err := launcherapi.ParseEvent(sc.Bytes()); err == nil {
+				l.events <- ev
+				l.seen <- at
+			}
+		}
+	}()
+	return l, nil
+}
+
+// waitFor reads events until name and returns when this process read it.
+func (l *launched) waitFor(name string, timeout time.Duration) (time.Time, error) {
+	deadline := time.After(timeout)
+	for {
+		select {
+		case ev := <-l.events:
+			at := <-l.seen
+			if ev.Event == name {
+				return at, nil
+			}
+			if ev.Final() {
+				return time.Time{}, fmt.Errorf("launcher ended with %s (%s: %s) before %s; stderr: %s", ev.Event, ev.Reason, ev.Message, name, l.stderr.String())
+			}
+		case <-l.done:
+			return time.Time{}, fmt.Errorf("launcher's output ended before a %s event; stderr: %s", name, l.stderr.String())
+		case <-deadline:
+			return time.Time{}, fmt.Errorf("no %s event within %s", name, timeout)
+		}
+	}
+}
+
+// wait waits for the launcher to exit.
+func (l *launched) wait(timeout time.Duration) error {
+	select {
+	case <-l.done:
+	case <-time.After(timeout):
+		return fmt.Errorf("launcher did not exit within %s", timeout)
+	}
+	err := l.cmd.Wait()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		return err
+	}
+	return nil
+}
+
+// kill ends the launcher if it still runs (its process only: it tears
+// down its own QEMU, and the caller checks for leftovers).
+func (l *launched) kill() {
+	if l.cmd.ProcessState != nil {
+		return
+	}
+	_ = l.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-l.done:
+	case <-time.After(20 * time.Second):
+		_ = l.cmd.Process.Kill()
+	}
+	_ = l.cmd.Wait()
+	for _, pid := range qemu.FindQEMU(domainName, "") {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// treeRSSKiB is the RSS of pid and its descendants, QEMU excluded: the
+// launcher and whatever helper processes it runs (its reaper).
+func treeRSSKiB(pid int) int {
+	parent := map[int]int{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if pp, ok := ppid(n); ok {
+			parent[n] = pp
+		}
+	}
+	total := 0
+	for n := range parent {
+		if !descends(n, pid, parent) {
+			continue
+		}
+		if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", n)); strings.HasPrefix(string(comm), "qemu-system") {
+			continue
+		}
+		total += rssKiB(n)
+	}
+	return total
+}
+
+func descends(n, root int, parent map[int]int) bool {
+	for i := 0; i < 64 && n > 1; i++ {
+		if n == root {
+			return true
+		}
+		n = parent[n]
+	}
+	return n == root
+}
+
+func ppid(pid int) (int, bool) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	i := strings.LastIndexByte(string(stat), ')')
+	if i < 0 {
+		return 0, false
+	}
+	fields := strings.Fields(string(stat[i+1:]))
+	if len(fields) < 2 {
+		return 0, false
+	}
+	pp, err := strconv.Atoi(fields[1])
+	return pp, err == nil
+}
+
+func rssKiB(pid int) int {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			if f := strings.Fields(v); len(f) > 0 {
+				n, _ := strconv.Atoi(f[0])
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// ensureDaemon starts virtlogd and libvirtd with QEMU as root when no
+// libvirtd answers, and returns how to undo it.
+func ensureDaemon() (func(), error) {
+	if exec.Command("virsh", "-c", "qemu:///system", "version").Run() == nil {
+		return func() {}, nil
+	}
+	const conf = "/etc/libvirt/qemu.conf"
+	orig, err := os.ReadFile(conf)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", conf, err)
+	}
+	patched := string(orig) + "\n# added by crashloop bench (restored afterwards)\nuser = \"root\"\ngroup = \"root\"\n"
+	if err := os.WriteFile(conf, []byte(patched), 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll("/var/log/libvirt", 0o755); err != nil {
+		return nil, err
+	}
+	var started []*exec.Cmd
+	undo := func() {
+		for i := len(started) - 1; i >= 0; i-- {
+			_ = started[i].Process.Signal(syscall.SIGTERM)
+			_ = started[i].Wait()
+		}
+		_ = os.WriteFile(conf, orig, 0o600)
+	}
+	for _, d := range []string{"virtlogd", "libvirtd"} {
+		c := exec.Command(d)
+		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := c.Start(); err != nil {
+			undo()
+			return nil, fmt.Errorf("starting %s: %w", d, err)
+		}
+		started = append(started, c)
+	}
+	for range 100 {
+		if exec.Command("virsh", "-c", "qemu:///system", "version").Run() == nil {
+			return undo, nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	undo()
+	return nil, fmt.Errorf("libvirtd did not answer within 10s")
+}
