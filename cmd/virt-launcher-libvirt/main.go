@@ -14,13 +14,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 
-	"github.com/spf13/pflag"
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/crashloop-harness/crashloop/pkg/faults"
@@ -50,21 +48,14 @@ func defaultImageDir() string {
 func run(argv []string, stdin io.Reader, stdout, stderr io.Writer) launcherapi.ExitCode {
 	base := launcherapi.DefaultArgs()
 	base.ImageDir = defaultImageDir()
-	args, err := launcherapi.ParseArgs(argv, base, stderr)
-	if errors.Is(err, pflag.ErrHelp) {
-		return launcherapi.ExitSucceeded
+	args, log, code, ok := launcherapi.Begin(argv, base, stderr)
+	if !ok {
+		return code
 	}
-	if err != nil {
-		fmt.Fprintf(stderr, "virt-launcher: %v\n", err)
-		return launcherapi.ExitUsage
-	}
-	level, _ := launcherapi.ParseLogLevel(args.LogLevel)
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	if args.SimulateCrash {
 		// KubeVirt's semantics: right after flags and logging, before
 		// anything else exists.
-		log.Info("--simulate-crash given: crashing before libvirt or QEMU")
-		panic("Simulated virt-launcher crash")
+		launcherapi.SimulatedCrash(log, "--simulate-crash given")
 	}
 
 	data, input, err := manifest.ReadFile(args.Manifest, stdin)
@@ -78,8 +69,7 @@ func run(argv []string, stdin io.Reader, stdout, stderr io.Writer) launcherapi.E
 		return launcherapi.ExitInvalidManifest
 	}
 	if faults.WantsSimulatedCrash(vmi.Annotations) {
-		log.Info("VMI carries " + faults.FailFastAnnotation + ": crashing before libvirt or QEMU")
-		panic("Simulated virt-launcher crash")
+		launcherapi.SimulatedCrash(log, "VMI carries "+faults.FailFastAnnotation)
 	}
 	if err := qemu.CheckSupported(doc.Raw); err != nil {
 		fmt.Fprintf(stderr, "virt-launcher: %s: %v\n", input, err)

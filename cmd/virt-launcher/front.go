@@ -16,7 +16,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -25,7 +24,6 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/yaml"
 
@@ -56,24 +54,18 @@ func main() {
 func run(argv []string, part string, stdin *os.File, stderr io.Writer) launcherapi.ExitCode {
 	base := launcherapi.DefaultArgs()
 	base.ImageDir = launcherapi.ImageDirBeside(part)
-	args, err := launcherapi.ParseArgs(argv, base, stderr)
-	if errors.Is(err, pflag.ErrHelp) {
-		return launcherapi.ExitSucceeded
+	args, log, code, ok := launcherapi.Begin(argv, base, stderr)
+	if !ok {
+		return code
 	}
-	if err != nil {
-		fmt.Fprintf(stderr, "virt-launcher: %v\n", err)
-		return launcherapi.ExitUsage
-	}
-	level, _ := launcherapi.ParseLogLevel(args.LogLevel)
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	if args.SimulateCrash {
 		// KubeVirt's semantics: right after flags and logging, before
 		// anything else exists.
-		log.Info("--simulate-crash given: crashing before libvirt or QEMU")
-		panic("Simulated virt-launcher crash")
+		launcherapi.SimulatedCrash(log, "--simulate-crash given")
 	}
 	input := args.Manifest
 	var data []byte
+	var err error
 	if input == "-" {
 		input = "stdin"
 		data, err = io.ReadAll(stdin)
@@ -85,8 +77,7 @@ func run(argv []string, part string, stdin *os.File, stderr io.Writer) launchera
 		return launcherapi.ExitInputUnreadable
 	}
 	if faults.WantsSimulatedCrash(annotations(data)) {
-		log.Info("VMI carries " + faults.FailFastAnnotation + ": crashing before libvirt or QEMU")
-		panic("Simulated virt-launcher crash")
+		launcherapi.SimulatedCrash(log, "VMI carries "+faults.FailFastAnnotation)
 	}
 	if args.Manifest == "-" {
 		// The libvirt part reads stdin again: give it what was read.
