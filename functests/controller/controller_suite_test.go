@@ -63,6 +63,7 @@ func buildBinaries(repo, dir string) error {
 	for _, b := range []struct{ out, pkg string }{
 		{"virt-controller", "./cmd/virt-controller"},
 		{"virt-launcher", "./cmd/virt-launcher"},
+		{"virt-launcher-libvirt", "./cmd/virt-launcher-libvirt"},
 	} {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b.out), b.pkg)
 		cmd.Dir = repo

@@ -13,6 +13,7 @@ import (
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/crashloop-harness/crashloop/pkg/hypervisor"
+	"github.com/crashloop-harness/crashloop/pkg/watchdog"
 )
 
 // SessionOptions says which libvirt a Session talks to.
@@ -273,51 +274,9 @@ func (d *Domain) Kill(sig syscall.Signal) error {
 }
 
 // FindQEMU lists the QEMU processes running domain name, and, when
-// pathPart is not empty, whose command line also mentions pathPart (an
-// embedded root, to tell apart launchers of the same VMI name).
-func FindQEMU(name, pathPart string) []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || len(cmdline) == 0 {
-			continue
-		}
-		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
-		if !strings.Contains(filepath.Base(args[0]), "qemu-system") {
-			continue
-		}
-		if !hasGuestName(args, name) {
-			continue
-		}
-		if pathPart != "" && !strings.Contains(string(cmdline), pathPart) {
-			continue
-		}
-		pids = append(pids, pid)
-	}
-	return pids
-}
-
-func hasGuestName(args []string, name string) bool {
-	for i := 0; i+1 < len(args); i++ {
-		if args[i] != "-name" {
-			continue
-		}
-		for _, part := range strings.Split(args[i+1], ",") {
-			if part == "guest="+name || part == name {
-				return true
-			}
-		}
-	}
-	return false
-}
+// pathPart is not empty, whose command line also mentions pathPart (see
+// watchdog.FindQEMU, which the cgo-free reaper runs).
+func FindQEMU(name, pathPart string) []int { return watchdog.FindQEMU(name, pathPart) }
 
 // ForgetDomain destroys and undefines a domain on an external libvirt, for
 // a reaper cleaning up after a launcher that died.

@@ -1,9 +1,12 @@
-// Command virt-launcher boots one KubeVirt VirtualMachineInstance as a real
-// QEMU VM through libvirt, reports its phases as JSON lines on stdout and
-// ends with a documented exit code (see pkg/launcherapi). It is one process
-// per VMI, like KubeVirt's virt-launcher in its pod.
+// Command virt-launcher-libvirt is the libvirt part of virt-launcher: it
+// boots one KubeVirt VirtualMachineInstance as a real QEMU VM through
+// libvirt, reports its phases as JSON lines on stdout and ends with a
+// documented exit code (see pkg/launcherapi). The light front,
+// virt-launcher, installed next to it, checks the command line and the
+// crash paths and then execs it with the same arguments; the front is also
+// its reaper.
 //
-//	virt-launcher [flags] VMI.yaml
+//	virt-launcher-libvirt [flags] VMI.yaml
 package main
 
 import (
@@ -11,14 +14,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 
-	"github.com/spf13/pflag"
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/crashloop-harness/crashloop/pkg/faults"
@@ -30,45 +30,33 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == launcher.ReaperFlag {
-		log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "reaper")
-		os.Exit(launcher.RunReaper(os.Stdin, os.Args[2:], log))
+	if len(os.Args) > 1 && os.Args[1] == forgetFlag {
+		os.Exit(forgetDomain(os.Args[2:], os.Stderr))
 	}
 	os.Exit(int(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)))
 }
 
-// defaultImageDir is <dir of the binary>/../images: _build/images next to
-// _build/bin in a checkout, /usr/share/crashloop/images beside /usr/bin.
+// defaultImageDir is <dir of the binary>/../images (see
+// launcherapi.ImageDirBeside).
 func defaultImageDir() string {
 	exe, err := os.Executable()
 	if err != nil {
 		return "images"
 	}
-	dir := filepath.Dir(filepath.Dir(exe))
-	if filepath.Base(filepath.Dir(exe)) == "bin" && dir == "/usr" {
-		return "/usr/share/crashloop/images"
-	}
-	return filepath.Join(dir, "images")
+	return launcherapi.ImageDirBeside(exe)
 }
 
 func run(argv []string, stdin io.Reader, stdout, stderr io.Writer) launcherapi.ExitCode {
 	base := launcherapi.DefaultArgs()
 	base.ImageDir = defaultImageDir()
-	args, err := launcherapi.ParseArgs(argv, base, stderr)
-	if errors.Is(err, pflag.ErrHelp) {
-		return launcherapi.ExitSucceeded
+	args, log, code, ok := launcherapi.Begin(argv, base, stderr)
+	if !ok {
+		return code
 	}
-	if err != nil {
-		fmt.Fprintf(stderr, "virt-launcher: %v\n", err)
-		return launcherapi.ExitUsage
-	}
-	level, _ := launcherapi.ParseLogLevel(args.LogLevel)
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	if args.SimulateCrash {
 		// KubeVirt's semantics: right after flags and logging, before
 		// anything else exists.
-		log.Info("--simulate-crash given: crashing before libvirt or QEMU")
-		panic("Simulated virt-launcher crash")
+		launcherapi.SimulatedCrash(log, "--simulate-crash given")
 	}
 
 	data, input, err := manifest.ReadFile(args.Manifest, stdin)
@@ -88,8 +76,7 @@ func run(argv []string, stdin io.Reader, stdout, stderr io.Writer) launcherapi.E
 		log.Info("ignored cluster-only fields: "+strings.Join(doc.Ignored, ", "), "input", input)
 	}
 	if faults.WantsSimulatedCrash(vmi.Annotations) {
-		log.Info("VMI carries " + faults.FailFastAnnotation + ": crashing before libvirt or QEMU")
-		panic("Simulated virt-launcher crash")
+		launcherapi.SimulatedCrash(log, "VMI carries "+faults.FailFastAnnotation)
 	}
 	if err := qemu.CheckSupported(doc.Raw); err != nil {
 		fmt.Fprintf(stderr, "virt-launcher: %s: %v\n", input, err)
@@ -114,7 +101,7 @@ func run(argv []string, stdin io.Reader, stdout, stderr io.Writer) launcherapi.E
 	// launch is still being set up, instead of killing the process halfway.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	return launcher.Launch(ctx, launcher.Options{Args: args, VMI: vmi, Plan: plan, Input: input, Stdout: stdout, Stderr: stderr, Log: log})
+	return launcher.Launch(ctx, launcher.Options{Args: args, VMI: vmi, Plan: plan, Input: input, Stdout: stdout, Stderr: stderr, Log: log, Exe: frontExe()})
 }
 
 // onlyFlagErrors tells whether every fault error came from --fault flags

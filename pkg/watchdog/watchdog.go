@@ -1,0 +1,136 @@
+// Package watchdog is the launcher's reaper process, kept free of libvirt
+// and cgo so that it costs a few MiB beside the launcher rather than a
+// second copy of it.
+//
+// QEMU started by libvirt is daemonized (its parent is PID 1), so nothing
+// stops it when the launcher dies of SIGKILL; the watchdog does. It holds
+// the read end of a pipe whose write end only the launcher holds: when the
+// launcher exits in any way, the watchdog reads EOF. If the launcher said
+// "done" first, it just exits; otherwise it kills the domain's QEMU, asks
+// an external libvirt to forget the domain, and deletes the per-VMI state.
+package watchdog
+
+import (
+	"bufio"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
+)
+
+// Flag is the hidden first argument that turns virt-launcher (the light
+// front) into the watchdog of a launch: Flag DOMAIN ROOT URI.
+const Flag = "--internal-reaper"
+
+// Target is what a watchdog cleans up.
+type Target struct {
+	Domain string // libvirt domain name
+	Root   string // embedded libvirt root (removed); may be empty
+	URI    string // external libvirt URI; empty for the embedded driver
+}
+
+// Forget removes a domain from an external libvirt at uri.
+type Forget func(uri, domain string) error
+
+// Run is the watchdog process's main: args are the domain, the root and
+// the URI, stdin the launcher's pipe. forget is called for an external
+// libvirt. It returns the process exit code.
+func Run(stdin io.Reader, args []string, forget Forget, log *slog.Logger) int {
+	if len(args) != 3 {
+		log.Error("reaper: want 3 arguments (domain, root, uri)", "got", args)
+		return int(launcherapi.ExitUsage)
+	}
+	// Stay alive through the signals aimed at the launcher.
+	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
+	t := Target{Domain: args[0], Root: args[1], URI: args[2]}
+	sc := bufio.NewScanner(stdin)
+	for sc.Scan() {
+		if strings.TrimSpace(sc.Text()) == "done" {
+			return 0
+		}
+	}
+	log.Warn("launcher died without cleaning up; reaping its VM", "domain", t.Domain, "root", t.Root)
+	reap(t, forget, log)
+	return 0
+}
+
+func reap(t Target, forget Forget, log *slog.Logger) {
+	// Kill QEMU first: it is what must not survive. Match by domain name
+	// and, for the embedded driver, by the root its command line mentions.
+	for attempt := 0; attempt < 50; attempt++ {
+		pids := FindQEMU(t.Domain, t.Root)
+		if len(pids) == 0 {
+			break
+		}
+		for _, pid := range pids {
+			if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
+				log.Info("reaper killed QEMU", "pid", pid)
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if t.URI != "" && forget != nil {
+		if err := forget(t.URI, t.Domain); err != nil {
+			log.Warn("reaper could not remove the domain from libvirt", "err", err)
+		}
+	}
+	if t.Root != "" {
+		if err := os.RemoveAll(t.Root); err != nil {
+			log.Warn("reaper could not remove the launcher's state", "root", t.Root, "err", err)
+		}
+	}
+}
+
+// FindQEMU lists the QEMU processes running domain name, and, when
+// pathPart is not empty, whose command line also mentions pathPart (an
+// embedded root, to tell apart launchers of the same VMI name).
+func FindQEMU(name, pathPart string) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || len(cmdline) == 0 {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+		if !strings.Contains(filepath.Base(args[0]), "qemu-system") {
+			continue
+		}
+		if !hasGuestName(args, name) {
+			continue
+		}
+		if pathPart != "" && !strings.Contains(string(cmdline), pathPart) {
+			continue
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+func hasGuestName(args []string, name string) bool {
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] != "-name" {
+			continue
+		}
+		for _, part := range strings.Split(args[i+1], ",") {
+			if part == "guest="+name || part == name {
+				return true
+			}
+		}
+	}
+	return false
+}

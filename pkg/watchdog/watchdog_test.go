@@ -1,0 +1,52 @@
+package watchdog
+
+import (
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestRunDoneLeavesState(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "vmi-1")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	forgot := false
+	forget := func(string, string) error { forgot = true; return nil }
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if code := Run(strings.NewReader("done\n"), []string{"ns_vmi", root, "qemu:///x"}, forget, log); code != 0 {
+		t.Fatalf("exit code %d, want 0", code)
+	}
+	if _, err := os.Stat(root); err != nil || forgot {
+		t.Fatalf("after done: root stat err %v, forgot %v; want the root kept and nothing forgotten", err, forgot)
+	}
+}
+
+func TestRunEOFReaps(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "vmi-1")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var forgot []string
+	forget := func(uri, dom string) error { forgot = append(forgot, uri, dom); return nil }
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if code := Run(strings.NewReader(""), []string{"ns_vmi-none", root, "qemu:///x"}, forget, log); code != 0 {
+		t.Fatalf("exit code %d, want 0", code)
+	}
+	if _, err := os.Stat(root); !os.IsNotExist(err) {
+		t.Errorf("root still there after the launcher died (stat: %v)", err)
+	}
+	if strings.Join(forgot, " ") != "qemu:///x ns_vmi-none" {
+		t.Errorf("forget called with %q, want the URI and the domain", forgot)
+	}
+}
+
+func TestRunWantsThreeArguments(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if code := Run(strings.NewReader(""), []string{"only-one"}, nil, log); code != 3 {
+		t.Errorf("exit code %d, want 3 (usage)", code)
+	}
+}
