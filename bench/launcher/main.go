@@ -27,6 +27,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -392,8 +393,13 @@ func (b *bench) virshCreate(cache string) (sample, error) {
 	if err != nil {
 		return nil, fmt.Errorf("virt-launcher --dry-run: %w", err)
 	}
+	// A dry run prints the defaulted VMI (a YAML document) before the XML.
+	i := bytes.Index(xmlOut, []byte("<domain"))
+	if i < 0 {
+		return nil, fmt.Errorf("virt-launcher --dry-run printed no <domain> element: %.200q", xmlOut)
+	}
 	xmlPath := filepath.Join(b.dir, "domain.xml")
-	if err := os.WriteFile(xmlPath, xmlOut, 0o644); err != nil {
+	if err := os.WriteFile(xmlPath, xmlOut[i:], 0o644); err != nil {
 		return nil, err
 	}
 	stopDaemon, err := ensureDaemon()
