@@ -50,6 +50,11 @@ func (w *worker) apply(up launcherUpdate) {
 		ev.ExitCode = &code
 	}
 	w.note(ev)
+	if vmi.DeletionTimestamp != nil {
+		// A deleted VMI goes with its launcher, as upstream's VMI object
+		// goes with its pod: a stopped VMI is never counted.
+		w.rec.VMI = nil
+	}
 }
 
 func (w *worker) applyEvent(vmi *v1.VirtualMachineInstance, ev launcherapi.Event, now time.Time) {
