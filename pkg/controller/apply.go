@@ -44,7 +44,7 @@ func (w *worker) apply(up launcherUpdate) {
 		vmi.Status.Reason = "LauncherCrashed"
 		setReady(vmi, false, "LauncherCrashed", msg, now)
 	}
-	ev := Event{Event: EventExited, Attempt: w.rec.Attempt, VMIUID: string(vmi.UID), Reason: vmi.Status.Reason, Message: up.exitDesc}
+	ev := Event{Event: EventExited, Attempt: w.rec.Attempt, VMIUID: string(vmi.UID), Phase: string(vmi.Status.Phase), Reason: vmi.Status.Reason, Message: up.exitDesc}
 	if up.exitCode >= 0 {
 		code := up.exitCode
 		ev.ExitCode = &code

@@ -291,3 +291,19 @@ func TestRestartWithoutVMIRefusedForEveryStrategy(t *testing.T) {
 		}
 	}
 }
+
+// TestFailFastPhases is rule S8: a launcher that crashes at once takes its
+// VMI from Pending to Scheduling (the launcher runs) to Failed.
+func TestFailFastPhases(t *testing.T) {
+	state, mdir := tempDirs(t)
+	path := writeFile(t, filepath.Join(mdir, "vm.yaml"), vmYAML("crashy", "Always", map[string]string{failFast: ""}))
+	h := startHarness(t, testConfig(state, 0.01), path)
+	h.waitFor("crashy", 10*time.Second, "a counted failure", func(s *Snapshot) bool { return failCountOf(s) >= 1 })
+	started, exited := h.eventsOf("crashy", EventStarted), h.eventsOf("crashy", EventExited)
+	if len(started) == 0 || started[0].Phase != string(v1.Scheduling) {
+		t.Errorf("Started events %+v, want the VMI Scheduling once its launcher runs", started)
+	}
+	if len(exited) == 0 || exited[0].Phase != string(v1.Failed) {
+		t.Errorf("Exited events %+v, want the VMI Failed", exited)
+	}
+}
