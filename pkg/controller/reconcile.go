@@ -13,7 +13,7 @@ import (
 )
 
 func (w *worker) reconcile() {
-	for range 4 {
+	for range 8 {
 		if !w.reconcileOnce() {
 			return
 		}
@@ -81,7 +81,11 @@ func (w *worker) reconcileOnce() bool {
 		}
 		planned = at
 	}
-	return w.start(now, planned)
+	// Another pass, as upstream's next reconcile: it sees the new VMI
+	// and trims the start request it carried out, before a launcher that
+	// crashes at once can make the VMI final.
+	w.start(now, planned)
+	return true
 }
 
 // tend looks after an existing VMI or a launcher that is still there: the

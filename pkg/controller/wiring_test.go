@@ -307,3 +307,20 @@ func TestFailFastPhases(t *testing.T) {
 		t.Errorf("Exited events %+v, want the VMI Failed", exited)
 	}
 }
+
+// TestManualStartRequestTrimmed: the {Start} request of a Manual start is
+// gone once the VMI exists, also when its launcher crashes at once (as
+// KubeVirt v1.6.0 does on cluster-lite).
+func TestManualStartRequestTrimmed(t *testing.T) {
+	state, mdir := tempDirs(t)
+	path := writeFile(t, filepath.Join(mdir, "vm.yaml"), vmYAML("manual", "Manual", map[string]string{failFast: ""}))
+	h := startHarness(t, testConfig(state, 0.01), path)
+	h.waitFor("manual", 10*time.Second, "the VM loaded", func(*Snapshot) bool { return true })
+	if _, _, err := h.c.Do(context.Background(), opStart, Key{"default", "manual"}); err != nil {
+		t.Fatal(err)
+	}
+	s := h.waitFor("manual", 10*time.Second, "the launcher's exit", func(*Snapshot) bool { return len(h.eventsOf("manual", EventExited)) > 0 })
+	if len(s.VM.Status.StateChangeRequests) != 0 || s.VMI == nil || s.VMI.Status.Phase != v1.Failed {
+		t.Fatalf("requests %v, VMI %v; want no request left and the Failed VMI kept", s.VM.Status.StateChangeRequests, s.VMI != nil)
+	}
+}
