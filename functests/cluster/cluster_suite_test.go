@@ -176,10 +176,11 @@ func (s *liteStack) stop() {
 }
 
 // tmpPrefixes are the names the stack and this suite give what they make
-// in /tmp: virt-api's certificate folders, cluster-lite's and the lane's
-// own folders, our controller's and launchers'. Other jobs on the machine
-// make folders meanwhile; those are not this lane's to answer for.
-var tmpPrefixes = []string{"certsdir", "clusterlite", "cluster-lane", "crashloop", "virt-", "kubevirt", "etcd", "kube-apiserver", "apiserver"}
+// in /tmp: virt-api's certificate folders (certsdir*), cluster-lite's
+// state folder and the lane's work folders. Other jobs on the machine make
+// folders meanwhile (another suite's crashloop-lane-*, for one); those are
+// not this lane's to answer for.
+var tmpPrefixes = []string{"certsdir", "clusterlite", "cluster-lane"}
 
 // ours reports whether a /tmp entry has a name the stack or the suite uses.
 func ours(name string) bool {
