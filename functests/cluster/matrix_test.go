@@ -280,6 +280,15 @@ func runPlan(ctx context.Context, m *matrix, p matrixPair, id string, strategy v
 			return ready(kvVM, kvS) && ready(ourVM, ourS) && kvS.Count == ourS.Count
 		}).WithTimeout(5*time.Minute).WithPolling(250*time.Millisecond).Should(BeTrue(), "row %s never in backoff on both", id)
 	}
+	if strategy == v1.RunStrategyManual {
+		// A VM just created has no printable status until each
+		// controller's first sync.
+		Eventually(func() bool {
+			_, k := p.kv(ctx)
+			_, o := p.ours(ctx)
+			return k.Printable != "" && o.Printable != ""
+		}).WithTimeout(time.Minute).WithPolling(250*time.Millisecond).Should(BeTrue(), "row %s: no printable status", id)
+	}
 	_, kvS := p.kv(ctx)
 	_, ourS := p.ours(ctx)
 	m.add(id+" 0", fmt.Sprintf("%s, before any request (in backoff)", strategy), kvS.String(), ourS.String(), kvS == ourS, "")
