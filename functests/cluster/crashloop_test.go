@@ -162,6 +162,22 @@ func gapTable(who string, gaps []cluster.Gap, n int) string {
 	return b.String()
 }
 
+// createOnCluster creates vm on the cluster and, when the spec's container
+// ends, deletes it and waits for its VMI to go.
+func createOnCluster(ctx context.Context, vm *v1.VirtualMachine) {
+	_, err := client.VirtualMachine(namespace()).Create(ctx, vm, metav1.CreateOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	name := vm.Name
+	DeferCleanup(func() {
+		bg := context.Background()
+		_ = client.VirtualMachine(namespace()).Delete(bg, name, metav1.DeleteOptions{})
+		Eventually(func() bool {
+			_, err := client.VirtualMachineInstance(namespace()).Get(bg, name, metav1.GetOptions{})
+			return apierrors.IsNotFound(err)
+		}).WithTimeout(2*time.Minute).WithPolling(time.Second).Should(BeTrue(), "VMI %s not gone after its VM was deleted", name)
+	})
+}
+
 func writeVM(dir string, vm *v1.VirtualMachine) string {
 	p := filepath.Join(dir, vm.Name+".yaml")
 	Expect(os.WriteFile(p+".tmp", []byte(ctlharness.Manifest(vm)), 0o644)).To(Succeed())
@@ -194,17 +210,8 @@ var _ = Describe("crash loops on KubeVirt's own controller and on ours", Ordered
 		var manifests []string
 		for _, s := range strategies {
 			l := &kvLoop{name: "kv-" + short[s] + "-" + suffix, strategy: s, attempts: map[types.UID]cluster.Attempt{}}
-			_, err := client.VirtualMachine(namespace()).Create(ctx, crashingVM(l.name, s, lite != nil), metav1.CreateOptions{})
-			Expect(err).NotTo(HaveOccurred())
+			createOnCluster(ctx, crashingVM(l.name, s, lite != nil))
 			kv[s] = l
-			DeferCleanup(func() {
-				bg := context.Background()
-				_ = client.VirtualMachine(namespace()).Delete(bg, l.name, metav1.DeleteOptions{})
-				Eventually(func() bool {
-					_, err := client.VirtualMachineInstance(namespace()).Get(bg, l.name, metav1.GetOptions{})
-					return apierrors.IsNotFound(err)
-				}).WithTimeout(2*time.Minute).WithPolling(time.Second).Should(BeTrue(), "VMI %s not gone after its VM was deleted", l.name)
-			})
 			l.follow(ctx)
 			o := ourLoop{name: "ours-" + short[s] + "-" + suffix}
 			o.manifest = writeVM(work, crashingVM(o.name, s, true))

@@ -12,6 +12,12 @@ const (
 	// nanosecond instead of upstream's whole Unix seconds, because
 	// --time-scale shrinks delays below a second.
 	DeviationExactTime = "exact-time"
+	// DeviationPhases: a VMI whose launcher dies before reporting
+	// Scheduled goes from Scheduling straight to Failed.
+	DeviationPhases = "phases"
+	// DeviationRetryCadence: a launcher that cannot be created is retried
+	// on a fixed doubling schedule, not a work queue's rate limiter.
+	DeviationRetryCadence = "retry-cadence"
 )
 
 // FidelityRule is one rule of KubeVirt v1.6.0's crash-loop behaviour, as
@@ -121,6 +127,10 @@ func FidelityRules() []FidelityRule {
 		same("S5", "Once, no VMI", "starts at once, no backoff check", true),
 		same("S6", "first state-change request trimmed", "start: once a live VMI exists; stop: once its VMI is gone", true),
 		same("S7", "status.runStrategy", "empty until a VMI has existed", true),
+		{ID: "S8", Rule: "phases of a VMI whose launcher crashes at once (fail-fast)", Upstream: "Pending → Scheduling (pod created) → … → Failed",
+			Ours: "Pending → Scheduling (launcher process spawned) → Failed: the launcher dies before it reports Scheduled", Deviation: DeviationPhases, FromCode: true},
+		{ID: "S9", Rule: "launcher that cannot be created, retried", Upstream: "through the VMI controller's rate-limited work queue",
+			Ours: "the same Pending VMI after 1 s, doubling to 60 s (scaled)", Deviation: DeviationRetryCadence, FromCode: true},
 	}
 }
 

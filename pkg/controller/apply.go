@@ -44,12 +44,17 @@ func (w *worker) apply(up launcherUpdate) {
 		vmi.Status.Reason = "LauncherCrashed"
 		setReady(vmi, false, "LauncherCrashed", msg, now)
 	}
-	ev := Event{Event: EventExited, Attempt: w.rec.Attempt, VMIUID: string(vmi.UID), Reason: vmi.Status.Reason, Message: up.exitDesc}
+	ev := Event{Event: EventExited, Attempt: w.rec.Attempt, VMIUID: string(vmi.UID), Phase: string(vmi.Status.Phase), Reason: vmi.Status.Reason, Message: up.exitDesc}
 	if up.exitCode >= 0 {
 		code := up.exitCode
 		ev.ExitCode = &code
 	}
 	w.note(ev)
+	if vmi.DeletionTimestamp != nil {
+		// A deleted VMI goes with its launcher, as upstream's VMI object
+		// goes with its pod: a stopped VMI is never counted.
+		w.rec.VMI = nil
+	}
 }
 
 func (w *worker) applyEvent(vmi *v1.VirtualMachineInstance, ev launcherapi.Event, now time.Time) {

@@ -125,11 +125,14 @@ func TestRerunOnFailureDoesNotRestartSucceeded(t *testing.T) {
 	state, mdir := tempDirs(t)
 	path := writeFile(t, filepath.Join(mdir, "vm.yaml"), vmYAML("job", "RerunOnFailure", map[string]string{fakeBehavior: "succeed-after=50ms"}))
 	h := startHarness(t, testConfig(state, 0.01), path)
-	h.waitFor("job", 10*time.Second, "Succeeded", func(s *Snapshot) bool { return s.VMI != nil && s.VMI.Status.Phase == v1.Succeeded })
+	h.waitFor("job", 10*time.Second, "Succeeded", func(*Snapshot) bool { return len(h.eventsOf("job", EventSucceeded)) > 0 })
 	time.Sleep(500 * time.Millisecond)
 	s := h.snapshot("job")
 	if s.Attempt != 1 || s.VM.Status.PrintableStatus != v1.VirtualMachineStatusStopped {
 		t.Fatalf("after Succeeded: %s, want attempt 1 Stopped", describe(s))
+	}
+	if s.VMI != nil || len(s.VM.Status.StateChangeRequests) != 0 {
+		t.Fatalf("after Succeeded: VMI %v, requests %v; want the VMI deleted and no request, as upstream", s.VMI != nil, s.VM.Status.StateChangeRequests)
 	}
 }
 
@@ -137,9 +140,10 @@ func TestRerunOnFailureRestartsFailed(t *testing.T) {
 	state, mdir := tempDirs(t)
 	path := writeFile(t, filepath.Join(mdir, "vm.yaml"), vmYAML("job", "RerunOnFailure", map[string]string{fakeBehavior: "fail-start"}))
 	h := startHarness(t, testConfig(state, 0.002), path)
-	s := h.waitFor("job", 10*time.Second, "3 failures", func(s *Snapshot) bool { return failCountOf(s) >= 3 })
-	if s.VMI.Status.Reason != "QemuStartTimeout" {
-		t.Errorf("VMI reason %q, want the launcher's QemuStartTimeout", s.VMI.Status.Reason)
+	h.waitFor("job", 10*time.Second, "3 failures", func(s *Snapshot) bool { return failCountOf(s) >= 3 })
+	failed := h.eventsOf("job", EventFailed)
+	if len(failed) == 0 || failed[0].Reason != "QemuStartTimeout" {
+		t.Errorf("Failed events %+v, want the launcher's QemuStartTimeout", failed)
 	}
 }
 

@@ -11,9 +11,12 @@ const (
 	// EventControllerStarted opens a run: policy, seed, time scale, state
 	// folder.
 	EventControllerStarted EventKind = "ControllerStarted"
-	// EventStarted is a new VMI with its launcher (or a launcher that
-	// could not be started, then followed by EventExited).
+	// EventStarted is a new VMI with its launcher.
 	EventStarted EventKind = "Started"
+	// EventFailedCreate is a launcher that could not be started: the VMI
+	// stays Pending with a FailedCreate condition, is not counted, and
+	// the launcher is retried.
+	EventFailedCreate EventKind = "FailedCreate"
 	// EventExited is the end of a launcher process, with its exit code.
 	EventExited EventKind = "Exited"
 	// EventBackoffPlanned is a counted failure and the delay drawn for it.

@@ -1,14 +1,17 @@
 package controller
 
-// Manual operations: virtctl's stop, start and restart, and the command plumbing that carries them.
+// Manual operations: virtctl's stop, start and restart, answered by
+// virt-api's rules (pkg/vmops), and the command plumbing that carries them.
 
 import (
 	"fmt"
+	"syscall"
 
 	"k8s.io/apimachinery/pkg/types"
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/crashloop-harness/crashloop/pkg/backoff"
+	"github.com/crashloop-harness/crashloop/pkg/vmops"
 )
 
 // command is a request to a worker from the control socket or the
@@ -27,9 +30,9 @@ type commandResult struct {
 
 // Operations a worker accepts.
 const (
-	opStop    = "stop"
-	opStart   = "start"
-	opRestart = "restart"
+	opStop    = string(vmops.OpStop)
+	opStart   = string(vmops.OpStart)
+	opRestart = string(vmops.OpRestart)
 	opApply   = "apply"
 )
 
@@ -47,12 +50,8 @@ func (w *worker) handle(cmd command) {
 	switch cmd.op {
 	case opApply:
 		msg = w.applyManifest(cmd.manifest)
-	case opStop:
-		msg, err = w.manualStop()
-	case opStart:
-		msg, err = w.manualStart()
-	case opRestart:
-		msg, err = w.manualRestart()
+	case opStop, opStart, opRestart:
+		msg, err = w.manual(vmops.Op(cmd.op))
 	default:
 		err = fmt.Errorf("unknown operation %q", cmd.op)
 	}
@@ -80,81 +79,39 @@ func (w *worker) request(action v1.StateChangeRequestAction, uid *types.UID) {
 		v1.VirtualMachineStateChangeRequest{Action: action, UID: uid})
 }
 
-// manualStop is virtctl stop: the VM's run strategy becomes Halted (Manual
-// stays Manual with a stop request), the start-failure record is cleared,
-// and a live VMI is shut down. It works in the middle of a crash loop,
-// with no live VMI.
-func (w *worker) manualStop() (string, error) {
-	strategy, _ := w.rec.VM.RunStrategy()
-	live := w.live()
-	if live == nil && (strategy == v1.RunStrategyHalted || strategy == v1.RunStrategyManual) {
-		return "", fmt.Errorf("VM %s is not running (runStrategy %s, no live VMI)", w.key, strategy)
+// manual answers virtctl stop, start or restart as virt-api does
+// (vmops.Ours: upstream's rules, except that a RerunOnFailure VM can be
+// stopped during its backoff). A refusal is upstream's error with its
+// message and changes nothing; an accepted operation applies upstream's
+// patch (run strategy, state-change requests, removal of startFailure),
+// and the reconcile that follows carries it out: an Always or Once stop
+// turns the VM Halted, which clears the record.
+func (w *worker) manual(op vmops.Op) (string, error) {
+	vm, vmi := w.rec.VM, w.rec.VMI
+	o, err := vmops.Ours().Do(op, vm, vmi)
+	if err != nil {
+		return "", err
 	}
-	backoff.ClearRecord(w.rec.VM, &w.rec.History)
-	w.forgetFinalVMI()
-	if strategy == v1.RunStrategyManual {
-		uid := live.UID
-		w.request(v1.StopRequest, &uid)
-	} else {
-		w.setStrategy(v1.RunStrategyHalted)
+	if !o.Accepted() {
+		// The grace period of a live VMI is patched also when the stop
+		// is refused, as upstream does.
+		o.Patch.Apply(vm, vmi)
+		return "", o.Err(w.key.Name)
 	}
-	msg := fmt.Sprintf("VM %s stopping; start-failure record cleared", w.key)
-	if live == nil {
-		msg = fmt.Sprintf("VM %s stopped (no live VMI); start-failure record cleared", w.key)
+	o.Patch.Apply(vm, vmi)
+	if o.Patch.RemoveStartFailure {
+		backoff.ClearRecord(vm, &w.rec.History)
 	}
-	w.note(Event{Event: EventStopRequested, Message: msg})
+	if o.Patch.DeleteLauncherPod && w.rec.Launcher != nil {
+		if err := w.rec.Launcher.Signal(syscall.SIGKILL); err != nil {
+			w.log.Info("deleting launcher", "err", err)
+		}
+	}
+	kind := map[vmops.Op]EventKind{vmops.OpStop: EventStopRequested, vmops.OpStart: EventStartRequested, vmops.OpRestart: EventRestartRequested}[op]
+	msg := fmt.Sprintf("VM %s: %s accepted (%d)", w.key, op, o.Code)
+	if o.Deviation != "" {
+		msg += fmt.Sprintf("; deviation %s from KubeVirt v1.6.0", o.Deviation)
+	}
+	w.note(Event{Event: kind, Message: msg})
 	return msg, nil
-}
-
-// manualStart is virtctl start: Halted becomes Always, other strategies
-// get a start request; the record is cleared so the start is immediate.
-func (w *worker) manualStart() (string, error) {
-	if live := w.live(); live != nil {
-		return "", fmt.Errorf("VM %s is already running (VMI %s, phase %s)", w.key, live.UID, live.Status.Phase)
-	}
-	strategy, _ := w.rec.VM.RunStrategy()
-	backoff.ClearRecord(w.rec.VM, &w.rec.History)
-	w.forgetFinalVMI()
-	switch strategy {
-	case v1.RunStrategyHalted:
-		w.setStrategy(v1.RunStrategyAlways)
-	case v1.RunStrategyAlways:
-	default:
-		w.request(v1.StartRequest, nil)
-	}
-	msg := fmt.Sprintf("VM %s starting; start-failure record cleared", w.key)
-	w.note(Event{Event: EventStartRequested, Message: msg})
-	return msg, nil
-}
-
-// manualRestart is virtctl restart: stop the live VMI, if any, and start a
-// new one at once, with the record cleared.
-func (w *worker) manualRestart() (string, error) {
-	strategy, _ := w.rec.VM.RunStrategy()
-	live := w.live()
-	if strategy == v1.RunStrategyHalted || (strategy == v1.RunStrategyManual && live == nil) {
-		return "", fmt.Errorf("VM %s is not running (runStrategy %s); use start", w.key, strategy)
-	}
-	backoff.ClearRecord(w.rec.VM, &w.rec.History)
-	w.forgetFinalVMI()
-	if live != nil {
-		uid := live.UID
-		w.request(v1.StopRequest, &uid)
-	}
-	w.request(v1.StartRequest, nil)
-	msg := fmt.Sprintf("VM %s restarting; start-failure record cleared", w.key)
-	w.note(Event{Event: EventRestartRequested, Message: msg})
-	return msg, nil
-}
-
-// forgetFinalVMI drops a VMI that already ended, on a manual stop, start or
-// restart. KubeVirt deletes the old VMI at that point; keeping it here made
-// the tracker, whose record those operations just cleared (and with it the
-// last counted VMI's UID), count the same failed VMI a second time: a
-// "start" then waited out a backoff instead of starting at once, and the
-// new loop began at count 2 instead of 1.
-func (w *worker) forgetFinalVMI() {
-	if vmi := w.rec.VMI; vmi != nil && vmi.IsFinal() {
-		w.rec.VMI = nil
-	}
 }

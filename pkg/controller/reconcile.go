@@ -1,135 +1,151 @@
 package controller
 
-// Reconcile: the run strategy and the backoff rules decide whether to start or stop.
+// Reconcile: upstream's syncRunStrategy as pkg/backoff's NextStep, carried
+// out on launcher processes.
 
 import (
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/crashloop-harness/crashloop/pkg/backoff"
 )
 
 func (w *worker) reconcile() {
-	for range 3 {
+	for range 8 {
 		if !w.reconcileOnce() {
 			return
 		}
 	}
 }
 
-// reconcileOnce applies the backoff rules and the run strategy once. It
-// returns true when it changed something that needs another pass (a start
-// that failed at once).
+// reconcileOnce is one pass of upstream's VM reconcile, in its order: the
+// tracker counts (or clears) with the VMI still in hand, then NextStep
+// says what to delete, request or start, then the first state-change
+// request is trimmed once carried out. It returns true when it changed
+// something that needs another pass (a VMI dropped, a spec changed).
 func (w *worker) reconcileOnce() bool {
 	now := w.c.clock.Now()
-	vm, vmi := w.rec.VM, w.rec.VMI
-	w.noteChange(w.tracker.Sync(vm, vmi, &w.rec.History))
-	strategy, _ := vm.RunStrategy()
-	live := vmi != nil && !vmi.IsFinal()
-
-	if live || w.rec.Launcher != nil {
-		var wake time.Time
-		if live && w.stopWanted(strategy, vmi) {
+	vm := w.rec.VM
+	w.noteChange(w.tracker.Sync(vm, w.rec.VMI, &w.rec.History))
+	if w.stopping {
+		if vmi := w.live(); vmi != nil {
 			w.stopVMI(now)
 		}
-		if w.rec.Launcher != nil && !live && w.killAt.IsZero() {
-			// Final phase reported but the process lingers: give it the
-			// same time a stop would get.
-			w.killAt = now.Add(w.killAfter())
-		}
-		if !w.killAt.IsZero() {
-			if !now.Before(w.killAt) {
-				w.kill()
-			} else {
-				wake = w.killAt
-			}
-		}
-		if at, ok := w.tracker.ResetCheckAt(vm, vmi); ok {
-			wake = earliest(wake, at)
-		}
-		w.arm(wake, now)
+		w.arm(w.killAt, now)
 		return false
+	}
+	step := backoff.NextStep(vm, w.rec.VMI, now)
+	again := false
+	if step.DeleteVMI {
+		again = w.deleteVMI(now)
+	}
+	if step.AddStartRequest && !backoff.HasStartRequest(vm) {
+		w.request(v1.StartRequest, nil)
+	}
+	if step.SetRunStrategy != "" {
+		w.setStrategy(step.SetRunStrategy)
+		again = true
+	}
+	vmi := w.rec.VMI
+	if backoff.TrimFirstRequest(vm, vmi) {
+		vm.Status.StateChangeRequests = vm.Status.StateChangeRequests[1:]
+		if len(vm.Status.StateChangeRequests) == 0 {
+			vm.Status.StateChangeRequests = nil
+		}
+		again = true
+	}
+	if again {
+		return true
+	}
+	if vmi != nil || w.rec.Launcher != nil {
+		return w.tend(vmi, now)
 	}
 	w.expect.StopPending = false
-	w.trimStopRequests()
-	if !w.startWanted(strategy, vmi) {
+	switch {
+	case step.Wait > 0:
+		w.arm(now.Add(step.Wait), now)
+		return false
+	case !step.StartVMI:
 		w.arm(time.Time{}, now)
 		return false
 	}
-	if w.hasStartRequest() {
-		return w.start(now, time.Time{})
+	planned := time.Time{}
+	if backoff.TracksFailures(mustStrategy(vm)) {
+		at, ok := backoff.NextStart(vm, &w.rec.History)
+		if !ok {
+			// The give-up rule (off by default) fired.
+			w.arm(time.Time{}, now)
+			return false
+		}
+		planned = at
 	}
-	at, ok := backoff.NextStart(vm, &w.rec.History)
-	if !ok {
-		w.arm(time.Time{}, now)
-		return false
-	}
-	if at.After(now) {
-		w.arm(at, now)
-		return false
-	}
-	return w.start(now, at)
+	// Another pass, as upstream's next reconcile: it sees the new VMI
+	// and trims the start request it carried out, before a launcher that
+	// crashes at once can make the VMI final.
+	w.start(now, planned)
+	return true
 }
 
-func (w *worker) stopWanted(strategy v1.VirtualMachineRunStrategy, vmi *v1.VirtualMachineInstance) bool {
-	if strategy == v1.RunStrategyHalted || w.stopping {
+// tend looks after an existing VMI or a launcher that is still there: the
+// SIGKILL deadline of a stopping launcher, a launcher that could not be
+// created (retried), and the reset check of CountRunningFailuresWithin.
+func (w *worker) tend(vmi *v1.VirtualMachineInstance, now time.Time) bool {
+	var wake time.Time
+	if w.rec.Launcher != nil && (vmi == nil || vmi.IsFinal()) && w.killAt.IsZero() {
+		// Final phase reported (or the VMI deleted) but the process
+		// lingers: give it the time a stop would get.
+		w.killAt = now.Add(w.killAfter())
+	}
+	if !w.killAt.IsZero() {
+		if !now.Before(w.killAt) {
+			w.kill()
+		} else {
+			wake = w.killAt
+		}
+	}
+	if vmi != nil && w.rec.Launcher == nil && !vmi.IsFinal() && vmi.DeletionTimestamp == nil {
+		// A launcher that could not be created: retry it for the same
+		// VMI, which stays Pending and is not counted.
+		if !now.Before(w.createRetryAt) {
+			return w.createLauncher(vmi, now, time.Time{})
+		}
+		wake = earliest(wake, w.createRetryAt)
+	}
+	if at, ok := w.tracker.ResetCheckAt(w.rec.VM, vmi); ok {
+		wake = earliest(wake, at)
+	}
+	w.arm(wake, now)
+	return false
+}
+
+// deleteVMI is upstream's VMI deletion: a VMI with a live launcher gets a
+// deletion timestamp and its launcher SIGTERM (the VMI goes once the
+// launcher is gone); one without a launcher is dropped at once. It
+// returns true when the VMI was dropped.
+func (w *worker) deleteVMI(now time.Time) bool {
+	vmi := w.rec.VMI
+	if vmi == nil {
+		return false
+	}
+	if vmi.DeletionTimestamp == nil {
+		t := metav1.NewTime(now)
+		vmi.DeletionTimestamp = &t
+	}
+	if w.rec.Launcher == nil {
+		w.rec.VMI = nil
 		return true
 	}
-	for _, r := range w.rec.VM.Status.StateChangeRequests {
-		if r.Action == v1.StopRequest && r.UID != nil && *r.UID == vmi.UID {
-			return true
-		}
+	if !vmi.IsFinal() {
+		w.stopVMI(now)
 	}
 	return false
 }
 
-func (w *worker) startWanted(strategy v1.VirtualMachineRunStrategy, vmi *v1.VirtualMachineInstance) bool {
-	if w.stopping {
-		return false
-	}
-	switch strategy {
-	case v1.RunStrategyAlways:
-		return true
-	case v1.RunStrategyRerunOnFailure:
-		return vmi == nil || vmi.Status.Phase == v1.Failed || w.hasStartRequest()
-	case v1.RunStrategyOnce:
-		return vmi == nil || w.hasStartRequest()
-	case v1.RunStrategyManual:
-		return w.hasStartRequest()
-	}
-	// Halted: a start request has no meaning here (start turns Halted
-	// into Always), so drop any.
-	w.rec.VM.Status.StateChangeRequests = nil
-	return false
-}
-
-func (w *worker) hasStartRequest() bool {
-	for _, r := range w.rec.VM.Status.StateChangeRequests {
-		if r.Action == v1.StartRequest {
-			return true
-		}
-	}
-	return false
-}
-
-// trimStopRequests drops stop requests for VMIs that are no longer live.
-func (w *worker) trimStopRequests() {
-	var keep []v1.VirtualMachineStateChangeRequest
-	for _, r := range w.rec.VM.Status.StateChangeRequests {
-		if r.Action != v1.StopRequest {
-			keep = append(keep, r)
-		}
-	}
-	w.rec.VM.Status.StateChangeRequests = keep
-}
-
-func (w *worker) popStartRequest() {
-	reqs := w.rec.VM.Status.StateChangeRequests
-	for i, r := range reqs {
-		if r.Action == v1.StartRequest {
-			w.rec.VM.Status.StateChangeRequests = append(reqs[:i:i], reqs[i+1:]...)
-			return
-		}
-	}
+// mustStrategy is the VM's run strategy, or "" when it cannot be
+// determined.
+func mustStrategy(vm *v1.VirtualMachine) v1.VirtualMachineRunStrategy {
+	s, _ := vm.RunStrategy()
+	return s
 }

@@ -8,38 +8,62 @@ import (
 	"github.com/google/uuid"
 	"k8s.io/apimachinery/pkg/types"
 	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/crashloop-harness/crashloop/pkg/backoff"
+)
+
+// Launcher creation retry: a launcher that cannot be started is retried
+// for the same Pending VMI after createRetryBase, doubling up to
+// createRetryMax (both scaled). Upstream's VMI controller retries pod
+// creation through its rate-limited work queue; the exact cadence is not
+// part of the crash-loop rules.
+const (
+	createRetryBase = time.Second
+	createRetryMax  = time.Minute
 )
 
 // start creates a new VMI and its launcher. planned is the retry time
 // the start waited for (zero when it did not wait).
 func (w *worker) start(now, planned time.Time) bool {
-	cfg := w.c.cfg
-	attempt := w.rec.Attempt + 1
 	uid := types.UID(uuid.NewString())
 	vmi := newVMI(w.rec.VM, uid, now)
-	w.popStartRequest()
-	w.rec.Attempt, w.rec.VMI = attempt, vmi
+	w.rec.VMI = vmi
+	w.createFailures = 0
+	return w.createLauncher(vmi, now, planned)
+}
+
+// createLauncher starts the launcher of vmi, a new attempt. On success the
+// VMI goes Scheduling (upstream: its pod exists); when the launcher cannot
+// be started the VMI stays Pending with upstream's FailedCreate condition
+// and the launcher is retried later: that is not a start failure.
+func (w *worker) createLauncher(vmi *v1.VirtualMachineInstance, now, planned time.Time) bool {
+	cfg := w.c.cfg
+	attempt := w.rec.Attempt + 1
+	w.rec.Attempt = attempt
 	req := launchRequest{
-		VMI: vmi, Dir: w.c.store.LauncherDir(w.key, attempt, string(uid)), Attempt: attempt,
+		VMI: vmi, Dir: w.c.store.LauncherDir(w.key, attempt, string(vmi.UID)), Attempt: attempt,
 		Seed: launcherSeed(cfg.Seed, w.key, attempt), QEMUTimeout: w.qemuTimeout(),
 		GracePeriod: w.gracePeriod(), Now: now,
 	}
 	w.lastDir = string(req.Dir)
-	ev := Event{Event: EventStarted, Attempt: attempt, VMIUID: string(uid), QEMUTimeout: req.QEMUTimeout.String()}
+	ev := Event{Event: EventStarted, Attempt: attempt, VMIUID: string(vmi.UID), QEMUTimeout: req.QEMUTimeout.String()}
 	if !planned.IsZero() {
 		late := now.Sub(planned).Nanoseconds()
 		ev.PlannedAt, ev.LatenessNs = &planned, &late
 	}
 	ref, proc, err := startLauncher(cfg.Launcher, req)
 	if err != nil {
-		setPhase(vmi, v1.Failed, now)
-		vmi.Status.Reason = "LauncherStartFailed"
-		setReady(vmi, false, "LauncherStartFailed", err.Error(), now)
-		ev.Event, ev.Reason, ev.Message = EventExited, "LauncherStartFailed", err.Error()
+		setCondition(vmi, backoff.FailedCreateCondition(err, now))
+		w.createFailures++
+		wait := createRetryBase << min(w.createFailures-1, 6)
+		w.createRetryAt = now.Add(w.c.cfg.Policy.Scaled(min(wait, createRetryMax)))
+		ev.Event, ev.Reason, ev.Message = EventFailedCreate, backoff.ReasonFailedCreate, err.Error()
 		w.note(ev)
 		w.log.Error("starting launcher", "err", err)
 		return true
 	}
+	removeCondition(vmi, v1.VirtualMachineInstanceSynchronized)
+	setPhase(vmi, v1.Scheduling, now)
 	w.rec.Launcher = ref
 	ev.PID = ref.PID
 	w.note(ev)

@@ -11,10 +11,9 @@ import (
 func (w *worker) updateStatus() {
 	vm, vmi := w.rec.VM, w.rec.VMI
 	live := vmi != nil && !vmi.IsFinal()
-	strategy, _ := vm.RunStrategy()
 	vm.Status.Created = live
 	vm.Status.Ready = live && vmi.IsRunning() && isReady(vmi)
-	vm.Status.RunStrategy = strategy
+	vm.Status.RunStrategy = backoff.StatusRunStrategy(vm, vmi != nil)
 	vm.Status.PrintableStatus = backoff.PrintableStatus(vm, vmi, w.expect)
 	setGaveUpCondition(vm, w.rec.History.GaveUp, w.c.clock.Now())
 }

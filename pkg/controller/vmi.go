@@ -120,3 +120,25 @@ func setGaveUpCondition(vm *v1.VirtualMachine, gaveUp bool, now time.Time) {
 	}
 	vm.Status.Conditions = keep
 }
+
+// setCondition sets (replaces) the VMI condition of c's type.
+func setCondition(vmi *v1.VirtualMachineInstance, c v1.VirtualMachineInstanceCondition) {
+	for i := range vmi.Status.Conditions {
+		if vmi.Status.Conditions[i].Type == c.Type {
+			vmi.Status.Conditions[i] = c
+			return
+		}
+	}
+	vmi.Status.Conditions = append(vmi.Status.Conditions, c)
+}
+
+// removeCondition drops the VMI condition of type t.
+func removeCondition(vmi *v1.VirtualMachineInstance, t v1.VirtualMachineInstanceConditionType) {
+	var keep []v1.VirtualMachineInstanceCondition
+	for _, c := range vmi.Status.Conditions {
+		if c.Type != t {
+			keep = append(keep, c)
+		}
+	}
+	vmi.Status.Conditions = keep
+}

@@ -55,16 +55,20 @@ type worker struct {
 	updates chan launcherUpdate
 	snap    atomic.Pointer[Snapshot]
 
-	expect   backoff.Expectations
-	killAt   time.Time // SIGKILL the launcher if it is still there then
-	stopping bool      // shutting down with the controller
-	timer    clock.Timer
-	timerAt  time.Time
-	watchCtx context.Context
-	pending  []Event
-	replies  []pendingReply
-	saved    []byte
-	lastDir  string
+	expect backoff.Expectations
+	killAt time.Time // SIGKILL the launcher if it is still there then
+	// createRetryAt is when a launcher that could not be started is
+	// tried again; createFailures counts those tries for the VMI.
+	createRetryAt  time.Time
+	createFailures int
+	stopping       bool // shutting down with the controller
+	timer          clock.Timer
+	timerAt        time.Time
+	watchCtx       context.Context
+	pending        []Event
+	replies        []pendingReply
+	saved          []byte
+	lastDir        string
 }
 
 func newWorker(c *Controller, rec *Record) *worker {

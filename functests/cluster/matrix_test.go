@@ -1,0 +1,366 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/crashloop-harness/crashloop/functests/ctlharness"
+	"github.com/crashloop-harness/crashloop/pkg/controller"
+	"github.com/crashloop-harness/crashloop/pkg/vmops"
+)
+
+// The differential matrix: each row drives one VM on KubeVirt's own
+// controller and the same manifest on ours (both at KubeVirt's real time
+// scale) into a situation, does the same request on both, and compares
+// the outcome (HTTP status against our exit code, and the message) and
+// the VM's fields. Rows run concurrently, each on its own pair of VMs.
+
+// vmState is the fields compared between the two controllers.
+type vmState struct {
+	Count       int
+	UIDSet      bool
+	Printable   string
+	VMI         bool
+	Requests    string
+	RunStrategy string
+}
+
+func (s vmState) String() string {
+	return fmt.Sprintf("count %d uid %v %s vmi %v requests [%s] runStrategy %s", s.Count, s.UIDSet, s.Printable, s.VMI, s.Requests, s.RunStrategy)
+}
+
+func stateOf(vm *v1.VirtualMachine, vmiExists bool) vmState {
+	s := vmState{Printable: string(vm.Status.PrintableStatus), VMI: vmiExists}
+	if sf := vm.Status.StartFailure; sf != nil {
+		s.Count, s.UIDSet = sf.ConsecutiveFailCount, sf.LastFailedVMIUID != ""
+	}
+	var reqs []string
+	for _, r := range vm.Status.StateChangeRequests {
+		reqs = append(reqs, string(r.Action))
+	}
+	s.Requests = strings.Join(reqs, ",")
+	if rs, err := vm.RunStrategy(); err == nil {
+		s.RunStrategy = string(rs)
+	}
+	return s
+}
+
+// outcome is one request's answer: 202 or the refusal's code, and its
+// message with the VM's name replaced by NAME.
+type outcome struct {
+	Code int
+	Msg  string
+}
+
+func (o outcome) String() string {
+	if o.Code == http.StatusAccepted {
+		return "202"
+	}
+	return fmt.Sprintf("%d %s", o.Code, o.Msg)
+}
+
+// matrixPair is one row's two VMs.
+type matrixPair struct {
+	kvName, ourName, state string
+}
+
+func (p matrixPair) kv(ctx context.Context) (*v1.VirtualMachine, vmState) {
+	vm, err := client.VirtualMachine(namespace()).Get(ctx, p.kvName, metav1.GetOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	_, err = client.VirtualMachineInstance(namespace()).Get(ctx, p.kvName, metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		Expect(err).NotTo(HaveOccurred())
+	}
+	return vm, stateOf(vm, err == nil)
+}
+
+func (p matrixPair) ours(ctx context.Context) (*v1.VirtualMachine, vmState) {
+	resp, err := controller.Call(ctx, p.state, controller.Request{Op: "status", VM: p.ourName})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(resp.VMs).To(HaveLen(1), resp.Error)
+	return resp.VMs[0].VM, stateOf(resp.VMs[0].VM, resp.VMs[0].VMI != nil)
+}
+
+func (p matrixPair) kvDo(ctx context.Context, op vmops.Op) outcome {
+	vms := client.VirtualMachine(namespace())
+	var err error
+	switch op {
+	case vmops.OpStart:
+		err = vms.Start(ctx, p.kvName, &v1.StartOptions{})
+	case vmops.OpStop:
+		err = vms.Stop(ctx, p.kvName, &v1.StopOptions{})
+	case vmops.OpRestart:
+		err = vms.Restart(ctx, p.kvName, &v1.RestartOptions{})
+	}
+	if err == nil {
+		return outcome{Code: http.StatusAccepted}
+	}
+	var st apierrors.APIStatus
+	Expect(errors.As(err, &st)).To(BeTrue(), "KubeVirt %s of %s: %v", op, p.kvName, err)
+	return outcome{Code: int(st.Status().Code), Msg: strings.ReplaceAll(err.Error(), p.kvName, "NAME")}
+}
+
+func (p matrixPair) ourDo(op vmops.Op) outcome {
+	_, errs, code := ctlharness.CLI(bins.Controller, string(op), p.ourName, "--state-dir", p.state)
+	if code == 0 {
+		return outcome{Code: http.StatusAccepted}
+	}
+	return outcome{Code: code, Msg: strings.TrimSpace(strings.ReplaceAll(errs, p.ourName, "NAME"))}
+}
+
+// sameOutcome: both accepted, or both refused (exit 1, "refused") with
+// KubeVirt's message in ours.
+func sameOutcome(kv, ours outcome) bool {
+	if kv.Code == http.StatusAccepted || ours.Code == http.StatusAccepted {
+		return kv.Code == ours.Code
+	}
+	return ours.Code == 1 && strings.Contains(ours.Msg, kv.Msg)
+}
+
+// matrixRow is one line of the fidelity artifact.
+type matrixRow struct {
+	ID, Rule, KubeVirt, Ours, Verdict string
+	OK                                bool
+}
+
+type matrix struct {
+	mu   sync.Mutex
+	rows []matrixRow
+}
+
+// add records a row: same when kv and ours agree, the named deviation
+// when they differ as the row says, a failure otherwise.
+func (m *matrix) add(id, rule, kv, ours string, same bool, deviation string) {
+	r := matrixRow{ID: id, Rule: rule, KubeVirt: kv, Ours: ours}
+	switch {
+	case same && deviation == "":
+		r.Verdict, r.OK = "same", true
+	case !same && deviation != "":
+		r.Verdict, r.OK = deviation, true
+	case same:
+		r.Verdict = "same, but " + deviation + " was expected"
+	default:
+		r.Verdict = "DIFFERENT"
+	}
+	m.mu.Lock()
+	m.rows = append(m.rows, r)
+	m.mu.Unlock()
+}
+
+func (m *matrix) markdown() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rows := append([]matrixRow(nil), m.rows...)
+	slices.SortStableFunc(rows, func(a, b matrixRow) int { return strings.Compare(a.ID, b.ID) })
+	var b strings.Builder
+	b.WriteString("| Row | Rule | KubeVirt v1.6.0 (observed) | Ours (observed) | Verdict |\n|---|---|---|---|---|\n")
+	esc := strings.NewReplacer("|", `\|`, "\n", " ")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", r.ID, esc.Replace(r.Rule), esc.Replace(r.KubeVirt), esc.Replace(r.Ours), esc.Replace(r.Verdict))
+	}
+	return b.String()
+}
+
+var _ = Describe("differential matrix: the same requests on KubeVirt's controller and on ours", Ordered, func() {
+	var (
+		ctx    context.Context
+		work   string
+		state  string
+		suffix string
+		m      matrix
+	)
+	type plan struct {
+		id       string
+		strategy v1.VirtualMachineRunStrategy
+		// ops run in order, each compared; deviation names the expected
+		// difference of the last op.
+		ops       []vmops.Op
+		deviation string
+		// haltedEdit edits runStrategy to Halted during the backoff
+		// instead of a request.
+		haltedEdit bool
+	}
+	plans := []plan{
+		{id: "always-start", strategy: v1.RunStrategyAlways, ops: []vmops.Op{vmops.OpStart}},
+		{id: "always-restart", strategy: v1.RunStrategyAlways, ops: []vmops.Op{vmops.OpRestart}},
+		{id: "always-stop", strategy: v1.RunStrategyAlways, ops: []vmops.Op{vmops.OpStop}},
+		{id: "rerun-start", strategy: v1.RunStrategyRerunOnFailure, ops: []vmops.Op{vmops.OpStart}},
+		{id: "rerun-restart", strategy: v1.RunStrategyRerunOnFailure, ops: []vmops.Op{vmops.OpRestart}},
+		{id: "rerun-stop", strategy: v1.RunStrategyRerunOnFailure, ops: []vmops.Op{vmops.OpStop}, deviation: vmops.DeviationStopRerunOnFailure},
+		{id: "rerun-halted", strategy: v1.RunStrategyRerunOnFailure, haltedEdit: true},
+		{id: "once-start", strategy: v1.RunStrategyOnce, ops: []vmops.Op{vmops.OpStart}},
+		{id: "once-restart", strategy: v1.RunStrategyOnce, ops: []vmops.Op{vmops.OpRestart}},
+		{id: "once-stop", strategy: v1.RunStrategyOnce, ops: []vmops.Op{vmops.OpStop}},
+		{id: "manual", strategy: v1.RunStrategyManual, ops: []vmops.Op{vmops.OpRestart, vmops.OpStop, vmops.OpStart}},
+	}
+	pairs := map[string]matrixPair{}
+
+	BeforeAll(func() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(context.Background())
+		DeferCleanup(cancel)
+		var err error
+		work, err = os.MkdirTemp("", "cluster-lane-matrix-")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(os.RemoveAll, work)
+		state = filepath.Join(work, "state")
+		suffix = fmt.Sprintf("%d", time.Now().Unix()%100000)
+		var manifests []string
+		for _, p := range plans {
+			pair := matrixPair{kvName: "kv-" + p.id + "-" + suffix, ourName: "ours-" + p.id + "-" + suffix, state: state}
+			pairs[p.id] = pair
+			createOnCluster(ctx, crashingVM(pair.kvName, p.strategy, lite != nil))
+			manifests = append(manifests, writeVM(work, crashingVM(pair.ourName, p.strategy, true)))
+		}
+		ctlharness.Start(bins, state, work, int(time.Now().UnixNano()%1000), nil, manifests...)
+	})
+
+	It("answers every row the same on both controllers, or with the one written deviation", func() {
+		var wg sync.WaitGroup
+		for _, p := range plans {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer GinkgoRecover()
+				runPlan(ctx, &m, pairs[p.id], p.id, p.strategy, p.ops, p.deviation, p.haltedEdit, work)
+			}()
+		}
+		wg.Wait()
+
+		md := m.markdown()
+		fmt.Fprint(GinkgoWriter, md)
+		out := filepath.Join(repoRoot(), "_build", "artifacts", "fidelity.md")
+		header := "# Fidelity to KubeVirt v1.6.0, observed by the cluster lane\n\n" +
+			"Each row: the same manifest on KubeVirt's virt-controller and virt-api (cluster-lite) and on ours, " +
+			"the same request, compared field by field (startFailure count and UID, printableStatus, whether a VMI exists, " +
+			"stateChangeRequests, runStrategy) and by outcome (HTTP status against our exit code and message).\n\n"
+		Expect(os.WriteFile(out, []byte(header+md), 0o644)).To(Succeed())
+		for _, r := range m.rows {
+			Expect(r.OK).To(BeTrue(), "row %s (%s): KubeVirt %s, ours %s: %s", r.ID, r.Rule, r.KubeVirt, r.Ours, r.Verdict)
+		}
+	})
+})
+
+// runPlan drives one row: into the situation, then each request on both
+// controllers, comparing outcomes and the fields they lead to.
+func runPlan(ctx context.Context, m *matrix, p matrixPair, id string, strategy v1.VirtualMachineRunStrategy, ops []vmops.Op, deviation string, haltedEdit bool, work string) {
+	if strategy != v1.RunStrategyManual {
+		// In the backoff of the first or a later failure, with time left
+		// for the requests.
+		ready := func(vm *v1.VirtualMachine, s vmState) bool {
+			if s.Count < 1 || (strategy != v1.RunStrategyOnce && s.VMI) {
+				return false
+			}
+			if strategy == v1.RunStrategyOnce {
+				return true
+			}
+			ra := vm.Status.StartFailure.RetryAfterTimestamp
+			// 20 s: the requests of eleven rows at once on a loaded
+			// machine, well inside the backoff of failure 2 (40-60 s).
+			return ra != nil && time.Until(ra.Time) > 20*time.Second
+		}
+		Eventually(func() bool {
+			kvVM, kvS := p.kv(ctx)
+			ourVM, ourS := p.ours(ctx)
+			return ready(kvVM, kvS) && ready(ourVM, ourS) && kvS.Count == ourS.Count
+		}).WithTimeout(5*time.Minute).WithPolling(250*time.Millisecond).Should(BeTrue(), "row %s never in backoff on both", id)
+	}
+	if strategy == v1.RunStrategyManual {
+		// A VM just created has no printable status until each
+		// controller's first sync.
+		Eventually(func() bool {
+			_, k := p.kv(ctx)
+			_, o := p.ours(ctx)
+			return k.Printable != "" && o.Printable != ""
+		}).WithTimeout(time.Minute).WithPolling(250*time.Millisecond).Should(BeTrue(), "row %s: no printable status", id)
+	}
+	_, kvS := p.kv(ctx)
+	_, ourS := p.ours(ctx)
+	m.add(id+" 0", fmt.Sprintf("%s, before any request (in backoff)", strategy), kvS.String(), ourS.String(), kvS == ourS, "")
+
+	if haltedEdit {
+		halt := []byte(`[{"op":"replace","path":"/spec/runStrategy","value":"Halted"}]`)
+		_, err := client.VirtualMachine(namespace()).Patch(ctx, p.kvName, types.JSONPatchType, halt, metav1.PatchOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		writeVM(work, crashingVM(p.ourName, v1.RunStrategyHalted, true))
+		var kvRS, ourRS string
+		Eventually(func() bool {
+			_, k := p.kv(ctx)
+			_, o := p.ours(ctx)
+			kvRS, ourRS = k.RunStrategy, o.RunStrategy
+			return kvRS == string(v1.RunStrategyAlways) && ourRS == string(v1.RunStrategyAlways)
+		}).WithTimeout(30 * time.Second).WithPolling(200 * time.Millisecond).Should(BeTrue())
+		m.add(id+" 1", "runStrategy: Halted edit during RerunOnFailure's backoff ({Start} pending)", "runStrategy "+kvRS, "runStrategy "+ourRS, kvRS == ourRS, "")
+		return
+	}
+
+	for i, op := range ops {
+		_, kvBefore := p.kv(ctx)
+		_, ourBefore := p.ours(ctx)
+		kvO, ourO := p.kvDo(ctx, op), p.ourDo(op)
+		dev := ""
+		if i == len(ops)-1 {
+			dev = deviation
+		}
+		rule := fmt.Sprintf("%s: %s, %s", op, strategy, kvBefore.Printable)
+		same := sameOutcome(kvO, ourO)
+		m.add(fmt.Sprintf("%s %d", id, i+1), rule, kvO.String(), ourO.String(), same, dev)
+		if kvO.Code != http.StatusAccepted && ourO.Code != http.StatusAccepted {
+			// A refusal changes nothing, on either side.
+			_, kvAfter := p.kv(ctx)
+			_, ourAfter := p.ours(ctx)
+			m.add(fmt.Sprintf("%s %d'", id, i+1), rule+": state after the refusal", kvAfter.String(), ourAfter.String(),
+				kvAfter == kvBefore && ourAfter == ourBefore && kvAfter == ourAfter, "")
+			continue
+		}
+		// Accepted on at least one side: where both end up. A row that
+		// expects them to agree waits for that (up to a minute); the
+		// deviation row takes each side once it holds still.
+		var kvAfter, ourAfter vmState
+		if dev == "" {
+			// The row records the last pair seen when they never agree.
+			for deadline := time.Now().Add(time.Minute); ; {
+				_, kvAfter = p.kv(ctx)
+				_, ourAfter = p.ours(ctx)
+				if kvAfter == ourAfter || time.Now().After(deadline) {
+					break
+				}
+				<-time.After(200 * time.Millisecond)
+			}
+		} else {
+			kvAfter, ourAfter = settle(func() vmState { _, s := p.kv(ctx); return s }), settle(func() vmState { _, s := p.ours(ctx); return s })
+		}
+		m.add(fmt.Sprintf("%s %d'", id, i+1), rule+": state after", kvAfter.String(), ourAfter.String(), kvAfter == ourAfter, dev)
+	}
+}
+
+// settle polls a state until it holds still for 3 s (at most 30 s)
+// and returns it.
+func settle(get func() vmState) vmState {
+	var last vmState
+	var since time.Time
+	Eventually(func() bool {
+		s := get()
+		if s != last || since.IsZero() {
+			last, since = s, time.Now()
+			return false
+		}
+		return time.Since(since) >= 3*time.Second
+	}).WithTimeout(30 * time.Second).WithPolling(100 * time.Millisecond).Should(BeTrue())
+	return last
+}
