@@ -66,6 +66,13 @@ func reap(t Target, forget Forget, log *slog.Logger) {
 	// and, for the embedded driver, by the root its command line mentions.
 	for attempt := 0; attempt < 50; attempt++ {
 		pids := FindQEMU(t.Domain, t.Root)
+		if t.Root != "" {
+			// libvirt's capability probes (a cold cache) run QEMU without the
+			// domain's name; a launcher killed during one leaves that QEMU,
+			// daemonized, behind. Every QEMU of this embedded driver names a
+			// path under the per-VMI root (its monitor, its pid file).
+			pids = append(pids, FindQEMUUnder(t.Root)...)
+		}
 		if len(pids) == 0 {
 			break
 		}
@@ -119,6 +126,47 @@ func FindQEMU(name, pathPart string) []int {
 		pids = append(pids, pid)
 	}
 	return pids
+}
+
+// FindQEMUUnder lists the QEMU processes whose command line names a path
+// inside root (a per-VMI embedded libvirt root), whatever they run: the
+// domain itself or one of libvirt's capability probes.
+func FindQEMUUnder(root string) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || len(cmdline) == 0 {
+			continue
+		}
+		if args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00"); referencesRoot(args, root) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// referencesRoot tells whether args are a QEMU command line naming a path
+// inside root. The path must continue with a separator after root, so that
+// /run/crashloop/vmi-12 never matches the QEMU of /run/crashloop/vmi-123.
+func referencesRoot(args []string, root string) bool {
+	if len(args) == 0 || !strings.Contains(filepath.Base(args[0]), "qemu-system") {
+		return false
+	}
+	prefix := filepath.Clean(root) + "/"
+	for _, a := range args[1:] {
+		if strings.Contains(a, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 func hasGuestName(args []string, name string) bool {

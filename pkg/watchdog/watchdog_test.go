@@ -50,3 +50,25 @@ func TestRunWantsThreeArguments(t *testing.T) {
 		t.Errorf("exit code %d, want 3 (usage)", code)
 	}
 }
+
+func TestReferencesRoot(t *testing.T) {
+	probe := []string{"/usr/bin/qemu-system-x86_64", "-S", "-machine", "none,accel=tcg",
+		"-qmp", "unix:/run/crashloop/vmi-123/lib/qemu/qmp-Q1/qmp.monitor,server=on,wait=off",
+		"-pidfile", "/run/crashloop/vmi-123/lib/qemu/qmp-Q1/qmp.pid", "-daemonize"}
+	for _, tc := range []struct {
+		args []string
+		root string
+		want bool
+	}{
+		{probe, "/run/crashloop/vmi-123", true},
+		{probe, "/run/crashloop/vmi-123/", true},
+		{probe, "/run/crashloop/vmi-12", false},
+		{probe, "/run/crashloop/vmi-1234", false},
+		{append([]string{"/bin/sleep"}, probe[1:]...), "/run/crashloop/vmi-123", false},
+		{nil, "/run/crashloop/vmi-123", false},
+	} {
+		if got := referencesRoot(tc.args, tc.root); got != tc.want {
+			t.Errorf("referencesRoot(%q, %q) = %v, want %v", tc.args[:min(1, len(tc.args))], tc.root, got, tc.want)
+		}
+	}
+}
