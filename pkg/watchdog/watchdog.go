@@ -99,6 +99,14 @@ func reap(t Target, forget Forget, log *slog.Logger) {
 // pathPart is not empty, whose command line also mentions pathPart (an
 // embedded root, to tell apart launchers of the same VMI name).
 func FindQEMU(name, pathPart string) []int {
+	return qemuProcesses(func(args []string, cmdline string) bool {
+		return hasGuestName(args, name) && (pathPart == "" || strings.Contains(cmdline, pathPart))
+	})
+}
+
+// qemuProcesses lists the QEMU processes (qemu-system-*) whose command line
+// match accepts, given as arguments and as the raw NUL-separated line.
+func qemuProcesses(match func(args []string, cmdline string) bool) []int {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
@@ -114,16 +122,9 @@ func FindQEMU(name, pathPart string) []int {
 			continue
 		}
 		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
-		if !strings.Contains(filepath.Base(args[0]), "qemu-system") {
-			continue
+		if strings.Contains(filepath.Base(args[0]), "qemu-system") && match(args, string(cmdline)) {
+			pids = append(pids, pid)
 		}
-		if !hasGuestName(args, name) {
-			continue
-		}
-		if pathPart != "" && !strings.Contains(string(cmdline), pathPart) {
-			continue
-		}
-		pids = append(pids, pid)
 	}
 	return pids
 }
@@ -132,25 +133,7 @@ func FindQEMU(name, pathPart string) []int {
 // inside root (a per-VMI embedded libvirt root), whatever they run: the
 // domain itself or one of libvirt's capability probes.
 func FindQEMUUnder(root string) []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || len(cmdline) == 0 {
-			continue
-		}
-		if args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00"); referencesRoot(args, root) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
+	return qemuProcesses(func(args []string, _ string) bool { return referencesRoot(args, root) })
 }
 
 // referencesRoot tells whether args are a QEMU command line naming a path
