@@ -88,6 +88,10 @@ func (w *worker) noteChange(ch backoff.Change) {
 		w.rec.Delay, w.rec.ScaledDelay = ch.Delay, ch.ScaledDelay
 		ev := Event{Event: EventBackoffPlanned, Reason: ch.Reason, Delay: ch.Delay.String(),
 			ScaledDelay: ch.ScaledDelay.String(), ScaledDelayNs: ch.ScaledDelay.Nanoseconds()}
+		if !ch.RetryAfter.IsZero() {
+			// The failure time the delay was counted from.
+			ev.Time = ch.RetryAfter.Add(-ch.ScaledDelay)
+		}
 		if ch.GaveUp {
 			ev.Event = EventGaveUp
 			ev.Delay, ev.ScaledDelay, ev.ScaledDelayNs = "", "", 0

@@ -2,16 +2,23 @@ package controller
 
 // Flushing: events to the Observer and answers to waiting commands, after each settle.
 
-func (w *worker) note(ev Event) { w.pending = append(w.pending, ev) }
+// note queues ev for the next flush. Its Time is when the change was made
+// (the caller's decision time, or now), not when it is reported: the flush
+// comes after the state is persisted, and an fsync must not move the
+// times a reader measures the schedule by.
+func (w *worker) note(ev Event) {
+	if ev.Time.IsZero() {
+		ev.Time = w.c.clock.Now()
+	}
+	w.pending = append(w.pending, ev)
+}
 
 func (w *worker) flushEvents() {
 	if len(w.pending) == 0 {
 		return
 	}
-	now := w.c.clock.Now()
 	vm := w.rec.VM
 	for _, ev := range w.pending {
-		ev.Time = now
 		ev.VM = w.key.String()
 		ev.PrintableStatus = string(vm.Status.PrintableStatus)
 		ev.TimeScale, ev.Seed = w.c.timeScale(), w.c.cfg.Seed

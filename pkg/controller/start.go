@@ -46,7 +46,7 @@ func (w *worker) createLauncher(vmi *v1.VirtualMachineInstance, now, planned tim
 		GracePeriod: w.gracePeriod(), Now: now,
 	}
 	w.lastDir = string(req.Dir)
-	ev := Event{Event: EventStarted, Attempt: attempt, VMIUID: string(vmi.UID), QEMUTimeout: req.QEMUTimeout.String()}
+	ev := Event{Time: now, Event: EventStarted, Attempt: attempt, VMIUID: string(vmi.UID), QEMUTimeout: req.QEMUTimeout.String()}
 	if !planned.IsZero() {
 		late := now.Sub(planned).Nanoseconds()
 		ev.PlannedAt, ev.LatenessNs = &planned, &late
