@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -82,12 +84,14 @@ type benchResult struct {
 	cpuSeconds, rssPeakMB   float64
 	rssEndMB                float64
 	threadsPeak             int
-	decision, reported      percentiles
+	decision                percentiles
 	// toRunning is planned retry time -> the launcher's own first log line
 	// (a --simulate-crash launcher never reaches its Running event: its
 	// first line is when its code runs).
-	toRunning          percentiles
-	fdsStart, fdsEnd   int
+	toRunning percentiles
+	// before and after are the controller's own counts with every VM
+	// halted, before the run and once the run's VMs are halted again.
+	before, after      controller.ProcessStats
 	leftLaunchers      int
 	leftRuntimeEntries int
 }
@@ -105,12 +109,12 @@ func (r benchResult) table() string {
 	for _, row := range []struct {
 		name string
 		p    percentiles
-	}{{"timer fired -> launch decided (latenessNs)", r.decision}, {"-> launcher started, state saved, event out", r.reported},
+	}{{"timer fired -> launch decided (latenessNs)", r.decision},
 		{"plan -> launcher running (its first log line)", r.toRunning}} {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", row.name, ms(row.p.p50), ms(row.p.p90), ms(row.p.p99), ms(row.p.max))
 	}
-	fmt.Fprintf(&b, "\ncontroller open fds: %d at start, %d at the end of the run; left after exit: %d launcher processes, %d entries in the launchers' runtime folder\n",
-		r.fdsStart, r.fdsEnd, r.leftLaunchers, r.leftRuntimeEntries)
+	fmt.Fprintf(&b, "\ncontroller with every VM halted, before the run / after it: %d / %d goroutines, %d / %d open fds; left after its exit: %d launcher processes, %d entries in the launchers' runtime folder\n",
+		r.before.Goroutines, r.after.Goroutines, r.before.OpenFDs, r.after.OpenFDs, r.leftLaunchers, r.leftRuntimeEntries)
 	return b.String()
 }
 
@@ -118,16 +122,11 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) 
 
 func runBench(binDir, dir string, vms int, scale, fsync, nice, weight string, duration time.Duration) (benchResult, error) {
 	r := benchResult{vms: vms, scale: scale, fsync: fsync, nice: nice, weight: weight, duration: duration}
-	var docs []string
-	for i := range vms {
-		doc, err := benchManifest(fmt.Sprintf("vm-%04d", i), v1.RunStrategyAlways)
-		if err != nil {
-			return r, err
-		}
-		docs = append(docs, doc)
-	}
 	manifest := filepath.Join(dir, "vms.yaml")
-	if err := os.WriteFile(manifest, []byte(strings.Join(docs, "---\n")), 0o644); err != nil {
+	// The VMs start Halted, so that the controller's goroutines and open
+	// descriptors are counted before any launcher, then run, then are
+	// halted again and counted once more.
+	if err := writeBenchManifest(manifest, vms, v1.RunStrategyHalted); err != nil {
 		return r, err
 	}
 	out, err := os.Create(filepath.Join(dir, "events.jsonl"))
@@ -140,8 +139,9 @@ func runBench(binDir, dir string, vms int, scale, fsync, nice, weight string, du
 		return r, err
 	}
 	defer errf.Close()
+	state := filepath.Join(dir, "state")
 	cmd := exec.Command(filepath.Join(binDir, "virt-controller"), "run", "-o", "json",
-		"--state-dir", filepath.Join(dir, "state"), "--seed", "1", "--time-scale", scale, "--fsync="+fsync, "--launcher-nice", nice, "--launcher-cpu-weight", weight,
+		"--state-dir", state, "--seed", "1", "--time-scale", scale, "--fsync="+fsync, "--launcher-nice", nice, "--launcher-cpu-weight", weight,
 		"--launcher", filepath.Join(binDir, "virt-launcher"), "--launcher-arg=--simulate-crash",
 		"--launcher-arg=--runtime-dir="+filepath.Join(dir, "run"), manifest)
 	cmd.Stdout, cmd.Stderr = out, errf
@@ -151,11 +151,30 @@ func runBench(binDir, dir string, vms int, scale, fsync, nice, weight string, du
 	pid := cmd.Process.Pid
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
+	var exited error
+	stop := sync.OnceFunc(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case exited = <-done:
+		case <-time.After(2 * time.Minute):
+			_ = cmd.Process.Kill()
+			exited = <-done
+		}
+	})
+	defer stop()
+	before, err := waitStats(state, done, time.Minute, func(s *controller.ProcessStats) bool { return s.VMs == vms && s.LiveLaunchers == 0 })
+	if err != nil {
+		return r, fmt.Errorf("before the run: %w (see %s)", err, errf.Name())
+	}
+	r.before = *before
+	if err := writeBenchManifest(manifest, vms, v1.RunStrategyAlways); err != nil {
+		return r, err
+	}
 	end := time.Now().Add(duration)
-	r.fdsStart = -1
 	for time.Now().Before(end) {
 		select {
 		case err := <-done:
+			done <- err // for stop
 			return r, fmt.Errorf("controller exited early: %v (see %s)", err, errf.Name())
 		case <-time.After(250 * time.Millisecond):
 		}
@@ -167,26 +186,35 @@ func runBench(binDir, dir string, vms int, scale, fsync, nice, weight string, du
 		if cpu, err := procCPU(pid); err == nil {
 			r.cpuSeconds = cpu
 		}
-		if fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid)); err == nil {
-			if r.fdsStart < 0 {
-				r.fdsStart = len(fds)
-			}
-			r.fdsEnd = len(fds)
-		}
 	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(2 * time.Minute):
-		_ = cmd.Process.Kill()
-		<-done
+	if err := writeBenchManifest(manifest, vms, v1.RunStrategyHalted); err != nil {
+		return r, err
+	}
+	// Every launcher gone, then the watchers' goroutines wind down.
+	if _, err := waitStats(state, done, 2*time.Minute, func(s *controller.ProcessStats) bool { return s.LiveLaunchers == 0 }); err != nil {
+		return r, fmt.Errorf("halting the VMs: %w (see %s)", err, errf.Name())
+	}
+	after, err := waitStats(state, done, 10*time.Second, func(s *controller.ProcessStats) bool {
+		return s.Goroutines <= before.Goroutines && s.OpenFDs <= before.OpenFDs
+	})
+	if after == nil {
+		return r, fmt.Errorf("after the run: %w (see %s)", err, errf.Name())
+	}
+	r.after = *after
+	leaked := err
+	stop()
+	if exited != nil {
+		return r, fmt.Errorf("controller's exit after SIGTERM: %v (see %s)", exited, errf.Name())
 	}
 	r.leftLaunchers = countProcs(filepath.Join(binDir, "virt-launcher"))
 	if entries, err := os.ReadDir(filepath.Join(dir, "run")); err == nil {
 		r.leftRuntimeEntries = len(entries)
 	}
+	if leaked != nil {
+		return r, fmt.Errorf("the controller did not give back what the run took: %d goroutines and %d open fds before, %d and %d after", before.Goroutines, before.OpenFDs, after.Goroutines, after.OpenFDs)
+	}
 	firstLog := launcherStarts(filepath.Join(dir, "state", "launchers"))
-	var decision, reported, toRunning []time.Duration
+	var decision, toRunning []time.Duration
 	f, err := os.Open(out.Name())
 	if err != nil {
 		return r, err
@@ -205,7 +233,6 @@ func runBench(binDir, dir string, vms int, scale, fsync, nice, weight string, du
 			if e.LatenessNs != nil && e.PlannedAt != nil && !e.Time.After(end) {
 				r.retries++
 				decision = append(decision, time.Duration(*e.LatenessNs))
-				reported = append(reported, e.Time.Sub(*e.PlannedAt))
 				if at, ok := firstLog[e.VMIUID]; ok {
 					toRunning = append(toRunning, at.Sub(*e.PlannedAt))
 				}
@@ -214,7 +241,7 @@ func runBench(binDir, dir string, vms int, scale, fsync, nice, weight string, du
 			r.fail++
 		}
 	}
-	r.decision, r.reported, r.toRunning = pct(decision), pct(reported), pct(toRunning)
+	r.decision, r.toRunning = pct(decision), pct(toRunning)
 	if r.leftLaunchers > 0 || r.leftRuntimeEntries > 0 {
 		return r, fmt.Errorf("left after the controller exited: %d launcher processes, %d entries in %s", r.leftLaunchers, r.leftRuntimeEntries, filepath.Join(dir, "run"))
 	}
@@ -260,6 +287,62 @@ func countProcs(path string) int {
 		}
 	}
 	return n
+}
+
+// writeBenchManifest writes vms test-guest VMs under one run strategy as
+// one multi-document file; the controller picks up a rewrite.
+func writeBenchManifest(path string, vms int, strategy v1.VirtualMachineRunStrategy) error {
+	docs := make([]string, 0, vms)
+	for i := range vms {
+		doc, err := benchManifest(fmt.Sprintf("vm-%04d", i), strategy)
+		if err != nil {
+			return err
+		}
+		docs = append(docs, doc)
+	}
+	// Written beside and renamed, so the controller never reads half.
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strings.Join(docs, "---\n")), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// waitStats asks the controller on state for its counts until ok holds or
+// the timeout passes; it returns the last counts read and, on timeout, an
+// error saying so.
+func waitStats(state string, done chan error, timeout time.Duration, ok func(*controller.ProcessStats) bool) (*controller.ProcessStats, error) {
+	deadline := time.Now().Add(timeout)
+	var last *controller.ProcessStats
+	var lastErr error
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		resp, err := controller.Call(ctx, state, controller.Request{Op: "stats"})
+		cancel()
+		switch {
+		case err != nil:
+			lastErr = err
+		case !resp.OK || resp.Stats == nil:
+			lastErr = fmt.Errorf("stats refused: %s", resp.Error)
+		default:
+			last, lastErr = resp.Stats, nil
+			if ok(last) {
+				return last, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			if lastErr == nil {
+				lastErr = fmt.Errorf("last counts %+v", *last)
+			}
+			return last, fmt.Errorf("not reached within %s: %w", timeout, lastErr)
+		}
+		select {
+		case err := <-done:
+			done <- err // for the caller's stop
+			return last, fmt.Errorf("controller exited: %v", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // benchManifest renders the test-guest VM (ctlharness.TestGuestVM) as

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"time"
 )
@@ -16,7 +17,7 @@ import (
 // Request is one command sent to a running controller over its control
 // socket (one JSON object per connection).
 type Request struct {
-	// Op is "stop", "start", "restart", "status" or "list".
+	// Op is "stop", "start", "restart", "status", "list" or "stats".
 	Op string `json:"op"`
 	// VM is "name" or "namespace/name"; unused by "list".
 	VM string `json:"vm,omitempty"`
@@ -34,6 +35,23 @@ type Response struct {
 	Message string `json:"message,omitempty"`
 	// VMs holds the VM's state after the operation (all VMs for "list").
 	VMs []*Snapshot `json:"vms,omitempty"`
+	// Stats is the controller process's own counts (for "stats").
+	Stats *ProcessStats `json:"stats,omitempty"`
+}
+
+// ProcessStats is what the controller process holds, for checking that a
+// long run gives back what it took: after every VM has stopped, the
+// goroutines and open file descriptors are back to where they started.
+type ProcessStats struct {
+	// Goroutines is runtime.NumGoroutine().
+	Goroutines int `json:"goroutines"`
+	// OpenFDs counts /proc/self/fd (-1 when it cannot be read).
+	OpenFDs int `json:"openFDs"`
+	// VMs is the number of VMs managed.
+	VMs int `json:"vms"`
+	// LiveLaunchers is the number of VMs with a launcher the controller
+	// is watching.
+	LiveLaunchers int `json:"liveLaunchers"`
 }
 
 // ErrNoController means no controller answers on the state folder's
@@ -66,8 +84,11 @@ func (c *Controller) serveConn(ctx context.Context, conn net.Conn) {
 }
 
 func (c *Controller) answer(ctx context.Context, req Request) Response {
-	if req.Op == "list" {
+	switch req.Op {
+	case "list":
 		return Response{OK: true, VMs: c.Snapshots()}
+	case "stats":
+		return Response{OK: true, Stats: c.stats()}
 	}
 	k, err := ParseKey(req.VM)
 	if err != nil {
@@ -175,4 +196,20 @@ func keyList(keys []Key) string {
 		s += k.String()
 	}
 	return s
+}
+
+// stats counts what the process holds now. The goroutine serving the
+// request is counted too, the same at every call.
+func (c *Controller) stats() *ProcessStats {
+	st := &ProcessStats{Goroutines: runtime.NumGoroutine(), OpenFDs: -1}
+	if fds, err := os.ReadDir("/proc/self/fd"); err == nil {
+		st.OpenFDs = len(fds) - 1 // the ReadDir's own descriptor
+	}
+	for _, s := range c.Snapshots() {
+		st.VMs++
+		if s.LauncherPID != 0 {
+			st.LiveLaunchers++
+		}
+	}
+	return st
 }

@@ -319,3 +319,47 @@ func TestStateFolderErrors(t *testing.T) {
 		t.Errorf("second controller on one folder: %v", err)
 	}
 }
+
+// The stats request counts the launchers being watched, and once they
+// are gone the goroutines and descriptors are back to where they were.
+func TestStatsGiveBackAfterStop(t *testing.T) {
+	dir := t.TempDir()
+	m := writeFile(t, filepath.Join(dir, "vm.yaml"), vmYAML("runner", "Halted", nil))
+	h := startHarness(t, testConfig(filepath.Join(dir, "state"), 0.01), m)
+	h.waitFor("runner", 5*time.Second, "Stopped", func(s *Snapshot) bool {
+		return s.VM.Status.PrintableStatus == v1.VirtualMachineStatusStopped
+	})
+	stats := func() *ProcessStats {
+		t.Helper()
+		resp, err := Call(context.Background(), filepath.Join(dir, "state"), Request{Op: "stats"})
+		if err != nil || !resp.OK || resp.Stats == nil {
+			t.Fatalf("stats: %v %+v", err, resp)
+		}
+		return resp.Stats
+	}
+	before := stats()
+	if before.VMs != 1 || before.LiveLaunchers != 0 || before.Goroutines <= 0 || before.OpenFDs <= 0 {
+		t.Fatalf("stats of a halted VM: %+v", before)
+	}
+	writeFile(t, m, vmYAML("runner", "Always", nil))
+	h.waitFor("runner", 10*time.Second, "Running", func(s *Snapshot) bool {
+		return s.VM.Status.PrintableStatus == v1.VirtualMachineStatusRunning
+	})
+	if during := stats(); during.LiveLaunchers != 1 {
+		t.Fatalf("stats with a running VM: %+v", during)
+	}
+	writeFile(t, m, vmYAML("runner", "Halted", nil))
+	h.waitFor("runner", 10*time.Second, "Stopped", func(s *Snapshot) bool {
+		return s.VM.Status.PrintableStatus == v1.VirtualMachineStatusStopped && s.LauncherPID == 0
+	})
+	// The launcher's watcher ends just after the worker saw the exit.
+	deadline := time.Now().Add(5 * time.Second)
+	after := stats()
+	for (after.Goroutines != before.Goroutines || after.OpenFDs != before.OpenFDs) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		after = stats()
+	}
+	if after.Goroutines != before.Goroutines || after.OpenFDs != before.OpenFDs || after.LiveLaunchers != 0 {
+		t.Fatalf("after the stop: %+v, before the run: %+v", after, before)
+	}
+}
