@@ -124,7 +124,7 @@ bench: build images
 bench-smoke: build images
 	@set -e; for pkg in $$(grep -rl --include='*_test.go' '^func Benchmark' pkg cmd functests bench | xargs -n1 dirname | sort -u); do \
 		echo "=== benchmarks in $$pkg (smoke)"; \
-		CRASHLOOP_BENCH_BIN_DIR=$(CURDIR)/$(BIN) $(GO) test -short -count=1 -run='^$$' -bench=. -benchtime=1x ./$$pkg; \
+		CRASHLOOP_BIN_DIR=$(CURDIR)/$(BIN) $(GO) test -short -count=1 -run='^$$' -bench=. -benchtime=1x ./$$pkg; \
 	done
 	$(GO) run ./bench/launcher -smoke -launcher $(BIN)/virt-launcher -image-dir $(IMAGES)
 

@@ -2,7 +2,7 @@
 // and prints them as one table, every row measured in the same run so that
 // ratios compare like with like on a machine whose load changes:
 //
-//   - the QEMU floor: `qemu-system-x86_64 -S -qmp stdio` exec to the end of
+//   - the QEMU floor: `qemu-system-x86_64 -S -machine q35 -qmp stdio` exec to the end of
 //     the QMP handshake (nothing can start a domain faster);
 //   - warm launches: exec of virt-launcher to its Running and GuestReady
 //     events, with the capability cache warm, versus `virsh create` of the
@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"github.com/crashloop-harness/crashloop/pkg/faults"
+	"github.com/crashloop-harness/crashloop/pkg/kvdefaults"
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/qemu"
 )
@@ -253,7 +254,7 @@ func mib(kib int) float64 { return float64(kib) / 1024 }
 // qmp_capabilities, then quits it.
 func (b *bench) qemuFloor() (time.Duration, error) {
 	cmd := exec.Command(b.qemuBin, "-S", "-nodefaults", "-display", "none", "-no-user-config",
-		"-accel", "tcg", "-machine", "pc", "-m", "256", "-qmp", "stdio")
+		"-accel", "tcg", "-machine", kvdefaults.MachineType, "-m", "256", "-qmp", "stdio")
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		return 0, err
@@ -293,10 +294,11 @@ func startQEMU(cmd *exec.Cmd) (lines *bufio.Scanner, start time.Time, stop func(
 
 // rawBoot times QEMU booting the test guest's kernel and initrd, with the
 // launcher's command line, from exec to the ready marker on the serial
-// console.
+// console. It boots the machine type KubeVirt's defaults give the
+// launcher's domain (q35), so that the ratio compares the same machine.
 func (b *bench) rawBoot() (time.Duration, error) {
 	cmd := exec.Command(b.qemuBin, "-nodefaults", "-display", "none", "-no-user-config", "-accel", "tcg",
-		"-machine", "pc", "-m", "256", "-smp", "1", "-kernel", b.kernel, "-initrd", b.initrd, "-append", kernelArgs,
+		"-machine", kvdefaults.MachineType, "-m", "256", "-smp", "1", "-kernel", b.kernel, "-initrd", b.initrd, "-append", kernelArgs,
 		"-serial", "stdio", "-no-reboot")
 	lines, start, stop, err := startQEMU(cmd)
 	if err != nil {

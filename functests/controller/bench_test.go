@@ -35,8 +35,8 @@ import (
 // CRASHLOOP_BENCH_DURATION (default 60s) change the run; with -short (the
 // smoke run of `make bench-smoke`) the defaults are 5 VMs for 4s, which
 // checks in seconds that the benchmark still runs end to end;
-// CRASHLOOP_BENCH_BIN_DIR takes virt-controller and virt-launcher from a
-// folder instead of building them; CRASHLOOP_BENCH_FSYNC=false
+// it runs the binaries of `make build` (CRASHLOOP_BIN_DIR takes them from
+// another folder); CRASHLOOP_BENCH_FSYNC=false
 // turns off fsync of state saves; CRASHLOOP_BENCH_LAUNCHER_NICE (default 0)
 // and CRASHLOOP_BENCH_LAUNCHER_CPU_WEIGHT (default 0: no cgroup), the
 // controller's defaults, set --launcher-nice and --launcher-cpu-weight.
@@ -54,13 +54,11 @@ func BenchmarkCrashLoop1000(b *testing.B) {
 	fsync := envString("CRASHLOOP_BENCH_FSYNC", "true")
 	nice := envString("CRASHLOOP_BENCH_LAUNCHER_NICE", "0")
 	weight := envString("CRASHLOOP_BENCH_LAUNCHER_CPU_WEIGHT", "0")
-	binDir := os.Getenv("CRASHLOOP_BENCH_BIN_DIR")
-	if binDir == "" {
-		binDir = b.TempDir()
-		if err := buildBinaries(repoRoot(), binDir); err != nil {
-			b.Fatal(err)
-		}
+	built, err := ctlharness.Built()
+	if err != nil {
+		b.Fatal(err)
 	}
+	binDir := filepath.Dir(built.Controller)
 	b.ResetTimer()
 	for range b.N {
 		r, err := runBench(binDir, b.TempDir(), vms, scale, fsync, nice, weight, duration)

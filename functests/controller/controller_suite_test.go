@@ -5,20 +5,18 @@
 // outside: the controller's JSON lines, its status command, the launcher
 // folders it leaves in its state folder.
 //
-// It needs the test guest image (make images) for the specs that boot a
-// VM; CRASHLOOP_IMAGE_DIR overrides where it is looked for.
+// It runs the binaries of `make build` (CRASHLOOP_BIN_DIR overrides) and
+// needs the test guest image (make images) for the specs that boot a VM;
+// CRASHLOOP_IMAGE_DIR overrides where it is looked for.
 package controller_test
 
 import (
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"testing"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+
+	"github.com/crashloop-harness/crashloop/functests/ctlharness"
 )
 
 func TestController(t *testing.T) {
@@ -26,55 +24,16 @@ func TestController(t *testing.T) {
 	RunSpecs(t, "virt-controller functional suite")
 }
 
-// bins are the binaries under test, built once for the suite.
+// bins are the binaries under test (those of make build) and the
+// repository.
 type bins struct {
 	controller, launcher, imageDir, repo string
 }
 
 var suite bins
 
-var _ = SynchronizedBeforeSuite(func() []byte {
-	repo := repoRoot()
-	dir, err := os.MkdirTemp("", "crashloop-functest-bin-")
+var _ = BeforeSuite(func() {
+	b, err := ctlharness.Built()
 	Expect(err).NotTo(HaveOccurred())
-	Expect(buildBinaries(repo, dir)).To(Succeed())
-	return []byte(dir)
-}, func(dir []byte) {
-	repo := repoRoot()
-	suite = bins{
-		controller: filepath.Join(string(dir), "virt-controller"),
-		launcher:   filepath.Join(string(dir), "virt-launcher"),
-		imageDir:   filepath.Join(repo, "_build", "images"),
-		repo:       repo,
-	}
-	if d := os.Getenv("CRASHLOOP_IMAGE_DIR"); d != "" {
-		suite.imageDir = d
-	}
+	suite = bins{controller: b.Controller, launcher: b.Launcher, imageDir: b.ImageDir, repo: ctlharness.RepoRoot()}
 })
-
-var _ = SynchronizedAfterSuite(func() {}, func() {
-	if suite.controller != "" {
-		_ = os.RemoveAll(filepath.Dir(suite.controller))
-	}
-})
-
-// buildBinaries builds virt-controller and virt-launcher into dir.
-func buildBinaries(repo, dir string) error {
-	for _, b := range []struct{ out, pkg string }{
-		{"virt-controller", "./cmd/virt-controller"},
-		{"virt-launcher", "./cmd/virt-launcher"},
-		{"virt-launcher-libvirt", "./cmd/virt-launcher-libvirt"},
-	} {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b.out), b.pkg)
-		cmd.Dir = repo
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go build %s: %v: %s", b.pkg, err, out)
-		}
-	}
-	return nil
-}
-
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-}
