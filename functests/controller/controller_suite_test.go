@@ -16,6 +16,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
+	"github.com/crashloop-harness/crashloop/functests/built"
 	"github.com/crashloop-harness/crashloop/functests/ctlharness"
 )
 
@@ -35,5 +36,5 @@ var suite bins
 var _ = BeforeSuite(func() {
 	b, err := ctlharness.Built()
 	Expect(err).NotTo(HaveOccurred())
-	suite = bins{controller: b.Controller, launcher: b.Launcher, imageDir: b.ImageDir, repo: ctlharness.RepoRoot()}
+	suite = bins{controller: b.Controller, launcher: b.Launcher, imageDir: b.ImageDir, repo: built.Root()}
 })

@@ -10,6 +10,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
+	"github.com/crashloop-harness/crashloop/functests/built"
 	"github.com/crashloop-harness/crashloop/functests/ctlharness"
 )
 
@@ -36,7 +37,7 @@ var _ = BeforeSuite(func() {
 		controller: b.Controller,
 		launcher:   b.Launcher,
 		imageDir:   b.ImageDir,
-		artifacts:  filepath.Join(ctlharness.RepoRoot(), "_build", "artifacts"),
+		artifacts:  built.Path("artifacts"),
 	}
 	if d := os.Getenv("CRASHLOOP_ARTIFACTS"); d != "" {
 		suite.artifacts = d

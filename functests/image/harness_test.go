@@ -18,21 +18,15 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/crashloop-harness/crashloop/functests/built"
 	"github.com/crashloop-harness/crashloop/functests/ctlharness"
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/qemu"
 )
 
-// repoRoot is two folders up from this suite.
-func repoRoot() string {
-	wd, err := os.Getwd()
-	Expect(err).NotTo(HaveOccurred())
-	return filepath.Join(wd, "..", "..")
-}
-
 // imageDir is the node's guest images (make images), mounted into every
 // container at the launcher's default --image-dir.
-func imageDir() string { return filepath.Join(repoRoot(), "_build", "images") }
+func imageDir() string { return built.ImageDir() }
 
 // nodeKVM reports whether the node has KVM that runs ordinary guests (the
 // launcher's own rule), so that the container gets /dev/kvm.

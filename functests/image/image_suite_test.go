@@ -18,6 +18,8 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+
+	"github.com/crashloop-harness/crashloop/functests/built"
 )
 
 func TestImage(t *testing.T) {
@@ -39,7 +41,7 @@ var _ = BeforeSuite(func() {
 	}
 	// make image keeps the image in an overlay store of its own when the
 	// user's store is not overlay, and names it in this file.
-	if conf := filepath.Join(repoRoot(), "_build", "containers", "storage.conf"); fileExists(conf) {
+	if conf := built.Path("containers", "storage.conf"); fileExists(conf) {
 		Expect(os.Setenv("CONTAINERS_STORAGE_CONF", conf)).To(Succeed())
 	}
 	out, err := exec.Command("podman", "image", "inspect", "--format", "{{.Id}}", Image).CombinedOutput()

@@ -13,6 +13,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
+	"github.com/crashloop-harness/crashloop/functests/built"
 	"github.com/crashloop-harness/crashloop/pkg/faults"
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 )
@@ -201,7 +202,7 @@ var _ = Describe("--simulate-crash", func() {
 
 	crash := func(args ...string) (int, string, time.Duration) {
 		runtime := filepath.Join(dir, "run")
-		cmd := exec.Command(launcherBin(), append([]string{"--runtime-dir", runtime, "--image-dir", filepath.Join(repoRoot(), "_build", "images")}, args...)...)
+		cmd := exec.Command(launcherBin(), append([]string{"--runtime-dir", runtime, "--image-dir", built.ImageDir()}, args...)...)
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
 		start := time.Now()

@@ -16,23 +16,12 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
+	"github.com/crashloop-harness/crashloop/functests/built"
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/qemu"
 )
 
-// repoRoot is two folders up from this suite.
-func repoRoot() string {
-	wd, err := os.Getwd()
-	Expect(err).NotTo(HaveOccurred())
-	return filepath.Join(wd, "..", "..")
-}
-
-func launcherBin() string {
-	if b := os.Getenv("LAUNCHER_BIN"); b != "" {
-		return b
-	}
-	return filepath.Join(repoRoot(), "_build", "bin", "virt-launcher")
-}
+func launcherBin() string { return built.Launcher() }
 
 var vmiTemplate = template.Must(template.New("vmi").Parse(`apiVersion: kubevirt.io/v1
 kind: VirtualMachineInstance
@@ -134,7 +123,7 @@ func Start(spec VMISpec, flags ...string) *Run {
 		Console: filepath.Join(dir, "console.log"), Runtime: filepath.Join(dir, "run"),
 		events: make(chan launcherapi.Event, 100), stderr: &bytes.Buffer{}, done: make(chan struct{})}
 	manifest := writeVMI(dir, spec)
-	args := append([]string{"--image-dir", filepath.Join(repoRoot(), "_build", "images"),
+	args := append([]string{"--image-dir", built.ImageDir(),
 		"--runtime-dir", r.Runtime, "--console-log", r.Console, "--log-level", "debug"}, flags...)
 	args = append(args, manifest)
 	r.cmd = exec.Command(launcherBin(), args...)

@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
+	"github.com/crashloop-harness/crashloop/functests/built"
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/qemu"
 )
@@ -128,7 +129,7 @@ var _ = Describe("bad input", func() {
 	DescribeTable("gives one clear message, a distinct exit code, and starts nothing",
 		func(args func() []string, wantCode int, wantMsg ...string) {
 			runtime := filepath.Join(dir, "run")
-			full := append([]string{"--image-dir", filepath.Join(repoRoot(), "_build", "images"), "--runtime-dir", runtime,
+			full := append([]string{"--image-dir", built.ImageDir(), "--runtime-dir", runtime,
 				"--console-log", filepath.Join(dir, "console.log")}, args()...)
 			cmd := exec.Command(launcherBin(), full...)
 			var stdout, stderr strings.Builder

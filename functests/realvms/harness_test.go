@@ -16,6 +16,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
+	"github.com/crashloop-harness/crashloop/functests/built"
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/qemu"
 )
@@ -23,26 +24,13 @@ import (
 // cloudGuestImage is the cloud guest's image reference (make cloud-image).
 const cloudGuestImage = "localhost/crashloop/cloud-guest:latest"
 
-// built is a path below the repository's _build folder (make build
-// images), two folders up from this suite.
-func built(parts ...string) string {
-	wd, err := os.Getwd()
-	Expect(err).NotTo(HaveOccurred())
-	return filepath.Join(append([]string{wd, "..", "..", "_build"}, parts...)...)
-}
-
 // launcherBin is $LAUNCHER_BIN, else the one make build made.
-func launcherBin() string {
-	if b := os.Getenv("LAUNCHER_BIN"); b != "" {
-		return b
-	}
-	return built("bin", "virt-launcher")
-}
+func launcherBin() string { return built.Launcher() }
 
 // buildImages is the image folder of `make images` (the test guest);
 // cloudGuestArchive the cloud guest's OCI archive in it.
-func buildImages() string       { return built("images") }
-func cloudGuestArchive() string { return built("images", "cloud-guest.oci.tar") }
+func buildImages() string       { return built.ImageDir() }
+func cloudGuestArchive() string { return filepath.Join(built.ImageDir(), "cloud-guest.oci.tar") }
 
 // ociImages is the suite's image folder, whose images.json maps the cloud
 // guest to its oci-archive reference.
