@@ -107,14 +107,20 @@ func tmpEntries() map[string]bool {
 }
 
 // startLite runs "clusterlite up" on a fresh state folder and waits until
-// it says the stack is ready.
+// it says the stack is ready. Its upstream binaries (etcd, kube-apiserver,
+// KubeVirt's virt-controller and virt-api) come from $CLUSTERLITE_BIN_DIR,
+// by default the repository's _build/clusterlite/bin (KubeVirt v1.6.0);
+// `make clusterlite KUBEVIRT_VERSION=vX.Y.Z` builds another release into
+// _build/clusterlite/kubevirt-vX.Y.Z/bin.
 func startLite(repo string) *liteStack {
 	liteBin := filepath.Join(repo, "_build", "bin", "clusterlite")
-	binDir := filepath.Join(repo, "_build", "clusterlite", "bin")
+	binDir := envOr("CLUSTERLITE_BIN_DIR", filepath.Join(repo, "_build", "clusterlite", "bin"))
 	for _, p := range []string{liteBin, filepath.Join(binDir, "kube-apiserver"), filepath.Join(binDir, "virt-controller")} {
 		_, err := os.Stat(p)
-		Expect(err).NotTo(HaveOccurred(), "cluster-lite is not built: run `make clusterlite` (or set KUBECONFIG to use another cluster)")
+		Expect(err).NotTo(HaveOccurred(), "cluster-lite is not built in %s (CLUSTERLITE_BIN_DIR): run `make clusterlite` "+
+			"(KUBEVIRT_VERSION=vX.Y.Z for another release), or set KUBECONFIG to use another cluster", binDir)
 	}
+	By("cluster-lite's upstream binaries from " + binDir)
 	state, err := os.MkdirTemp("", "clusterlite-lane-")
 	Expect(err).NotTo(HaveOccurred())
 	s := &liteStack{stateDir: state, logPath: filepath.Join(artifacts, "clusterlite.log"), started: time.Now(), tmpBefore: tmpEntries()}

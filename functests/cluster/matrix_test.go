@@ -19,8 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	v1 "kubevirt.io/api/core/v1"
 
+	"github.com/crashloop-harness/crashloop/functests/cluster"
 	"github.com/crashloop-harness/crashloop/functests/ctlharness"
-	"github.com/crashloop-harness/crashloop/pkg/controller"
 	"github.com/crashloop-harness/crashloop/pkg/vmops"
 )
 
@@ -77,6 +77,11 @@ func (o outcome) String() string {
 // matrixPair is one row's two VMs.
 type matrixPair struct {
 	kvName, ourName, state string
+	// kvl follows the KubeVirt VM and every VMI of it (also those deleted
+	// within milliseconds of failing), for their phase timestamps.
+	kvl *kvLoop
+	// proc is our controller, for its events.
+	proc *ctlharness.Proc
 }
 
 func (p matrixPair) kv(ctx context.Context) (*v1.VirtualMachine, vmState) {
@@ -90,10 +95,8 @@ func (p matrixPair) kv(ctx context.Context) (*v1.VirtualMachine, vmState) {
 }
 
 func (p matrixPair) ours(ctx context.Context) (*v1.VirtualMachine, vmState) {
-	resp, err := controller.Call(ctx, p.state, controller.Request{Op: "status", VM: p.ourName})
-	Expect(err).NotTo(HaveOccurred())
-	Expect(resp.VMs).To(HaveLen(1), resp.Error)
-	return resp.VMs[0].VM, stateOf(resp.VMs[0].VM, resp.VMs[0].VMI != nil)
+	snap := p.ourSnapshot(ctx)
+	return snap.VM, stateOf(snap.VM, snap.VMI != nil)
 }
 
 func (p matrixPair) kvDo(ctx context.Context, op vmops.Op) outcome {
@@ -162,13 +165,14 @@ func (m *matrix) add(id, rule, kv, ours string, same bool, deviation string) {
 	m.mu.Unlock()
 }
 
-func (m *matrix) markdown() string {
+// markdown is the table, with KubeVirt's column named after version.
+func (m *matrix) markdown(version string) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	rows := append([]matrixRow(nil), m.rows...)
 	slices.SortStableFunc(rows, func(a, b matrixRow) int { return strings.Compare(a.ID, b.ID) })
 	var b strings.Builder
-	b.WriteString("| Row | Rule | KubeVirt v1.6.0 (observed) | Ours (observed) | Verdict |\n|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| Row | Rule | KubeVirt %s (observed) | Ours (observed) | Verdict |\n|---|---|---|---|---|\n", version)
 	esc := strings.NewReplacer("|", `\|`, "\n", " ")
 	for _, r := range rows {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", r.ID, esc.Replace(r.Rule), esc.Replace(r.KubeVirt), esc.Replace(r.Ours), esc.Replace(r.Verdict))
@@ -194,6 +198,15 @@ var _ = Describe("differential matrix: the same requests on KubeVirt's controlle
 		// haltedEdit edits runStrategy to Halted during the backoff
 		// instead of a request.
 		haltedEdit bool
+		// vm builds the row's VM when it is not the fail-fast one
+		// (crashingVM); testGuest as for crashingVM.
+		vm func(name string, testGuest bool) *v1.VirtualMachine
+		// run drives a row that is not requests in backoff
+		// (matrix_rows_test.go) instead of runPlan.
+		run func(ctx context.Context, m *matrix, p matrixPair, work string)
+		// needsLite: the row needs our launcher on the cluster's node
+		// (its faults, the test guest), so it runs on cluster-lite only.
+		needsLite bool
 	}
 	plans := []plan{
 		{id: "always-start", strategy: v1.RunStrategyAlways, ops: []vmops.Op{vmops.OpStart}},
@@ -207,6 +220,11 @@ var _ = Describe("differential matrix: the same requests on KubeVirt's controlle
 		{id: "once-restart", strategy: v1.RunStrategyOnce, ops: []vmops.Op{vmops.OpRestart}},
 		{id: "once-stop", strategy: v1.RunStrategyOnce, ops: []vmops.Op{vmops.OpStop}},
 		{id: "manual", strategy: v1.RunStrategyManual, ops: []vmops.Op{vmops.OpRestart, vmops.OpStop, vmops.OpStart}},
+		{id: "clear-running", strategy: v1.RunStrategyAlways, run: runClearOnRunning, needsLite: true},
+		{id: "running-fail", strategy: v1.RunStrategyAlways, run: runFailureAfterRunning, needsLite: true},
+		{id: "rerun-succeeded", strategy: v1.RunStrategyRerunOnFailure, vm: poweroffVM, run: runRerunSucceeded, needsLite: true},
+		{id: "template-edit", strategy: v1.RunStrategyAlways, run: runTemplateEdit},
+		{id: "scheduled-stop", strategy: v1.RunStrategyAlways, run: runStopWhileScheduled, needsLite: true},
 	}
 	pairs := map[string]matrixPair{}
 
@@ -221,31 +239,59 @@ var _ = Describe("differential matrix: the same requests on KubeVirt's controlle
 		state = filepath.Join(work, "state")
 		suffix = fmt.Sprintf("%d", time.Now().Unix()%100000)
 		var manifests []string
+		// CLUSTER_LANE_MATRIX_ROWS=id,id,... runs only those rows.
+		only := strings.FieldsFunc(os.Getenv("CLUSTER_LANE_MATRIX_ROWS"), func(r rune) bool { return r == ',' || r == ' ' })
 		for _, p := range plans {
+			if len(only) > 0 && !slices.Contains(only, p.id) {
+				continue
+			}
+			if p.needsLite && lite == nil {
+				fmt.Fprintf(GinkgoWriter, "row %s left out: it needs our launcher on the cluster's node (cluster-lite)\n", p.id)
+				continue
+			}
 			pair := matrixPair{kvName: "kv-" + p.id + "-" + suffix, ourName: "ours-" + p.id + "-" + suffix, state: state}
+			pair.kvl = &kvLoop{name: pair.kvName, strategy: p.strategy, attempts: map[types.UID]cluster.Attempt{}}
+			build := p.vm
+			if build == nil {
+				build = func(name string, testGuest bool) *v1.VirtualMachine { return crashingVM(name, p.strategy, testGuest) }
+			}
+			createOnCluster(ctx, build(pair.kvName, lite != nil))
+			pair.kvl.follow(ctx)
+			manifests = append(manifests, writeVM(work, build(pair.ourName, true)))
 			pairs[p.id] = pair
-			createOnCluster(ctx, crashingVM(pair.kvName, p.strategy, lite != nil))
-			manifests = append(manifests, writeVM(work, crashingVM(pair.ourName, p.strategy, true)))
 		}
-		ctlharness.Start(bins, state, work, int(time.Now().UnixNano()%1000), nil, manifests...)
+		proc := ctlharness.Start(bins, state, work, int(time.Now().UnixNano()%1000), nil, manifests...)
+		for id, pair := range pairs {
+			pair.proc = proc
+			pairs[id] = pair
+		}
 	})
 
 	It("answers every row the same on both controllers, or with the one written deviation", func() {
 		var wg sync.WaitGroup
 		for _, p := range plans {
+			pair, ok := pairs[p.id]
+			if !ok {
+				continue
+			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				defer GinkgoRecover()
-				runPlan(ctx, &m, pairs[p.id], p.id, p.strategy, p.ops, p.deviation, p.haltedEdit, work)
+				if p.run != nil {
+					p.run(ctx, &m, pair, work)
+					return
+				}
+				runPlan(ctx, &m, pair, p.id, p.strategy, p.ops, p.deviation, p.haltedEdit, work)
 			}()
 		}
 		wg.Wait()
 
-		md := m.markdown()
+		version := kubevirtVersion(ctx)
+		md := m.markdown(version)
 		fmt.Fprint(GinkgoWriter, md)
 		out := filepath.Join(repoRoot(), "_build", "artifacts", "fidelity.md")
-		header := "# Fidelity to KubeVirt v1.6.0, observed by the cluster lane\n\n" +
+		header := "# Fidelity to KubeVirt " + version + ", observed by the cluster lane\n\n" +
 			"Each row: the same manifest on KubeVirt's virt-controller and virt-api (cluster-lite) and on ours, " +
 			"the same request, compared field by field (startFailure count and UID, printableStatus, whether a VMI exists, " +
 			"stateChangeRequests, runStrategy) and by outcome (HTTP status against our exit code and message).\n\n"
@@ -263,16 +309,12 @@ func runPlan(ctx context.Context, m *matrix, p matrixPair, id string, strategy v
 		// In the backoff of the first or a later failure, with time left
 		// for the requests.
 		ready := func(vm *v1.VirtualMachine, s vmState) bool {
-			if s.Count < 1 || (strategy != v1.RunStrategyOnce && s.VMI) {
-				return false
-			}
 			if strategy == v1.RunStrategyOnce {
-				return true
+				return s.Count >= 1
 			}
-			ra := vm.Status.StartFailure.RetryAfterTimestamp
-			// 20 s: the requests of eleven rows at once on a loaded
+			// 20 s: the requests of all rows at once on a loaded
 			// machine, well inside the backoff of failure 2 (40-60 s).
-			return ra != nil && time.Until(ra.Time) > 20*time.Second
+			return inBackoff(vm, s, 20*time.Second)
 		}
 		Eventually(func() bool {
 			kvVM, kvS := p.kv(ctx)
@@ -289,9 +331,12 @@ func runPlan(ctx context.Context, m *matrix, p matrixPair, id string, strategy v
 			return k.Printable != "" && o.Printable != ""
 		}).WithTimeout(time.Minute).WithPolling(250*time.Millisecond).Should(BeTrue(), "row %s: no printable status", id)
 	}
-	_, kvS := p.kv(ctx)
-	_, ourS := p.ours(ctx)
+	kvVM, kvS := p.kv(ctx)
+	ourVM, ourS := p.ours(ctx)
 	m.add(id+" 0", fmt.Sprintf("%s, before any request (in backoff)", strategy), kvS.String(), ourS.String(), kvS == ourS, "")
+	if strategy != v1.RunStrategyManual {
+		addRetryBand(m, id+" 0r", p, kvVM, ourVM)
+	}
 
 	if haltedEdit {
 		halt := []byte(`[{"op":"replace","path":"/spec/runStrategy","value":"Halted"}]`)
