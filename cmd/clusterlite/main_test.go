@@ -18,10 +18,11 @@ func TestParseUpErrors(t *testing.T) {
 		t.Fatalf("valid flags: %v", err)
 	}
 	cases := map[string][]string{
-		"--bin-dir /nonexistent":         append(append([]string{}, good...), "--bin-dir", "/nonexistent"),
-		"not empty (1 entries)":          append(append([]string{}, good...), "--state-dir", dir),
-		"unknown flag: --nodes":          append(append([]string{}, good...), "--nodes", "2"),
-		`unexpected arguments ["extra"]`: append(append([]string{}, good...), "extra"),
+		"--bin-dir /nonexistent":                                    append(append([]string{}, good...), "--bin-dir", "/nonexistent"),
+		"not empty (1 entries)":                                     append(append([]string{}, good...), "--state-dir", dir),
+		"unknown flag: --nodes":                                     append(append([]string{}, good...), "--nodes", "2"),
+		`unexpected arguments ["extra"]`:                            append(append([]string{}, good...), "extra"),
+		`--launcher-runtime "docker": want auto, podman or process`: append(append([]string{}, good...), "--launcher-runtime", "docker"),
 	}
 	for want, args := range cases {
 		if _, err := parseUp(args); err == nil || !strings.Contains(err.Error(), want) {

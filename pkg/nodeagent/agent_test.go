@@ -132,3 +132,23 @@ func TestHeartbeatStampParsesAsKubeVirtReadsIt(t *testing.T) {
 		t.Fatalf("stamp %q read back as %v, %v", heartbeatStamp(now), ts, err)
 	}
 }
+
+func TestPodStatusOOMKilled(t *testing.T) {
+	pod := launcherPod("virt-launcher")
+	start := time.Date(2026, 11, 30, 6, 0, 0, 0, time.UTC)
+	s := snapshot{StartedAt: start, Launched: true, Running: true, Exited: true, ExitCode: 13, Reason: ReasonOOMKilled,
+		Message: "oom", EndedAt: start.Add(time.Second)}
+	st := podStatus(pod, s, "127.0.0.1")
+	if st.Phase != k8sv1.PodFailed || computeState(st) != "terminated(13, OOMKilled)" {
+		t.Fatalf("phase %s, compute %s", st.Phase, computeState(st))
+	}
+	for _, cs := range st.ContainerStatuses {
+		if cs.Name == computeContainer && (cs.State.Terminated.Reason != ReasonOOMKilled || cs.State.Terminated.Message != "oom") {
+			t.Errorf("compute terminated %+v", cs.State.Terminated)
+		}
+	}
+	s.Final = &launcherapi.Event{Event: launcherapi.EventFailed, Reason: launcherapi.ReasonVMCrashed}
+	if phase, reason := finalPhase(s); phase != v1.Failed || !strings.Contains(reason, "VMCrashed (compute container OOMKilled)") {
+		t.Errorf("final phase %s, %q", phase, reason)
+	}
+}
