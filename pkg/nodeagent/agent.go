@@ -131,7 +131,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer a.spawner.Close()
 	a.runtime = a.cfg.Runtime
 	if a.runtime == nil {
-		a.runtime = Process{Spawner: a.spawner}
+		a.runtime = Process{Spawner: a.spawner, Logger: a.cfg.Logger}
 	}
 
 	factory := informers.NewSharedInformerFactoryWithOptions(a.cfg.Client, 0,

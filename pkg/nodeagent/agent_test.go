@@ -7,6 +7,7 @@ import (
 	"time"
 
 	k8sv1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	v1 "kubevirt.io/api/core/v1"
 
@@ -150,5 +151,23 @@ func TestPodStatusOOMKilled(t *testing.T) {
 	s.Final = &launcherapi.Event{Event: launcherapi.EventFailed, Reason: launcherapi.ReasonVMCrashed}
 	if phase, reason := finalPhase(s); phase != v1.Failed || !strings.Contains(reason, "VMCrashed (compute container OOMKilled)") {
 		t.Errorf("final phase %s, %q", phase, reason)
+	}
+}
+
+func TestLauncherManifestLeavesLimitsToTheCgroup(t *testing.T) {
+	vmi := &v1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: "vm", Namespace: "default"}}
+	vmi.Spec.Domain.Resources = v1.ResourceRequirements{
+		Requests: k8sv1.ResourceList{k8sv1.ResourceMemory: resource.MustParse("64Mi")},
+		Limits:   k8sv1.ResourceList{k8sv1.ResourceMemory: resource.MustParse("64Mi"), k8sv1.ResourceCPU: resource.MustParse("1")},
+	}
+	data, err := launcherManifest(vmi)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(data), "limits") || !strings.Contains(string(data), `"requests"`) {
+		t.Errorf("manifest:\n%s", data)
+	}
+	if _, ok := vmi.Spec.Domain.Resources.Limits[k8sv1.ResourceMemory]; !ok {
+		t.Error("the cached VMI was changed")
 	}
 }

@@ -135,8 +135,18 @@ func (c *container) snapshot() snapshot {
 }
 
 // launcherManifest is the VMI as our virt-launcher reads it: identity,
-// annotations and spec (status belongs to the cluster, not to the launch).
+// annotations and spec (status belongs to the cluster, not to the
+// launch). The memory and CPU limits are left out: they are the pod's,
+// enforced by the node on the compute container's cgroup (KubeVirt's
+// virt-controller adds its overhead to them in the pod), not by the
+// launcher, which refuses fields it does not honour.
 func launcherManifest(vmi *v1.VirtualMachineInstance) ([]byte, error) {
+	spec := vmi.Spec.DeepCopy()
+	delete(spec.Domain.Resources.Limits, k8sv1.ResourceMemory)
+	delete(spec.Domain.Resources.Limits, k8sv1.ResourceCPU)
+	if len(spec.Domain.Resources.Limits) == 0 {
+		spec.Domain.Resources.Limits = nil
+	}
 	m := struct {
 		APIVersion string                        `json:"apiVersion"`
 		Kind       string                        `json:"kind"`
@@ -147,7 +157,7 @@ func launcherManifest(vmi *v1.VirtualMachineInstance) ([]byte, error) {
 		Kind:       "VirtualMachineInstance",
 		Metadata: metav1.ObjectMeta{Name: vmi.Name, Namespace: vmi.Namespace, UID: vmi.UID,
 			Labels: vmi.Labels, Annotations: vmi.Annotations},
-		Spec: vmi.Spec,
+		Spec: *spec,
 	}
 	return json.MarshalIndent(m, "", "  ")
 }

@@ -3,6 +3,7 @@ package nodeagent
 import (
 	"context"
 	"io"
+	"log/slog"
 	"strconv"
 	"time"
 
@@ -113,13 +114,20 @@ func exitReason(code int, oomKills int) string {
 type Process struct {
 	// Spawner starts the launchers so that they die with the agent.
 	Spawner *spawn.Spawner
+	// Logger, if set, hears about limits that are not enforced.
+	Logger *slog.Logger
 }
 
 // Name is "process".
 func (Process) Name() string { return "process" }
 
-// Start starts spec.LauncherPath with spec.Args in spec.Dir.
+// Start starts spec.LauncherPath with spec.Args in spec.Dir. The
+// container's limits are not enforced: Logger hears it.
 func (r Process) Start(_ context.Context, spec ContainerSpec) (RunningContainer, error) {
+	if res := spec.Resources; (res.MemoryLimit > 0 || res.CPULimitMilli > 0) && r.Logger != nil {
+		r.Logger.Warn("the process runtime does not enforce the compute container's limits", "pod", spec.PodNamespace+"/"+spec.PodName,
+			"memoryLimit", res.MemoryLimit, "cpuLimitMilli", res.CPULimitMilli)
+	}
 	// A pod's processes die with its node: if the agent dies, so does
 	// the launcher (started through the agent's spawner, so that the
 	// signal is tied to the agent rather than to a worker thread), and
