@@ -178,8 +178,9 @@ var _ = Describe("launcher pods as containers", Label("containers"), func() {
 		if lite == nil {
 			Skip("KUBECONFIG points at another cluster: its kubelet runs the pods")
 		}
-		if laneRuntime() != "podman" {
-			Skip("podman has no " + launcherImage + " (make image): cluster-lite runs launchers as bare processes")
+		if r := laneRuntime(); r != "podman" {
+			Skip("the lane runs cluster-lite with --launcher-runtime=" + r + " (podman without " + launcherImage +
+				", see make image, or CLUSTER_LANE_LAUNCHER_RUNTIME): no containers to check")
 		}
 	})
 
