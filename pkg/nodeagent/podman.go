@@ -273,11 +273,11 @@ func (c *podmanContainer) followOOM() {
 	defer cancel()
 	path, err := c.r.podman(ctx, "container", "inspect", "--format", "{{.State.CgroupPath}}", c.name)
 	if err != nil || path == "" {
-		select {
-		case <-c.stopped: // ended before it could be inspected
-		default:
-			c.r.logger().Warn("cannot find the container's cgroup: OOM kills will not be seen", "container", c.name, "err", err, "out", path)
+		level := slog.LevelWarn
+		if notRunning(path) {
+			level = slog.LevelDebug // it ended before it could be inspected
 		}
+		c.r.logger().Log(ctx, level, "cannot find the container's cgroup: OOM kills will not be seen", "container", c.name, "err", err, "out", path)
 		return
 	}
 	file := oomCounterFile(c.r.CgroupRoot, path)
