@@ -81,6 +81,7 @@ type upOptions struct {
 	virtAPIIP   string
 	logLevel    string
 	launcherLog string
+	runtime     string
 }
 
 func parseUp(args []string) (upOptions, error) {
@@ -97,8 +98,14 @@ func parseUp(args []string) (upOptions, error) {
 	fs.StringVar(&o.virtAPIIP, "virt-api-ip", "10.254.0.10", "address added to lo for virt-api's Service (inside 10.254.0.0/24; not loopback, which Endpoints refuse)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.launcherLog, "launcher-log-level", "info", "--log-level passed to every virt-launcher")
+	fs.StringVar(&o.runtime, "launcher-runtime", "auto", "how the node agent runs launcher pods: podman (a container of the pod's image, with its resources as cgroup limits), process (bare processes of --launcher), or auto (podman when it works and has the image, else process, said once at warn level)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	switch o.runtime {
+	case "auto", "podman", "process":
+	default:
+		return o, fmt.Errorf("--launcher-runtime %q: want auto, podman or process", o.runtime)
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q: \"up\" takes flags only", fs.Args())

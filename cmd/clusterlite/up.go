@@ -34,7 +34,8 @@ const (
 	apiUser        = "system:serviceaccount:kubevirt:kubevirt-apiserver"
 	handlerUser    = "system:serviceaccount:kubevirt:kubevirt-handler"
 	// launcherImage is what virt-controller writes into pods; the node
-	// agent runs our launcher whatever the image says.
+	// agent runs it with podman, or runs --launcher as a bare process
+	// whatever the image says (--launcher-runtime).
 	launcherImage = "localhost/crashloop/virt-launcher:latest"
 )
 
@@ -142,10 +143,15 @@ func up(ctx context.Context, o upOptions, log *slog.Logger) (err error) {
 	if err != nil {
 		return fmt.Errorf("node agent client: %w", err)
 	}
+	rt, err := chooseRuntime(ctx, o, filepath.Join(state, "qemu-capabilities"), log)
+	if err != nil {
+		return err
+	}
 	agent, err := nodeagent.New(nodeagent.Config{
 		Client: kv, NodeName: o.nodeName, LauncherPath: o.launcher,
-		LauncherArgs: []string{"--image-dir", o.imageDir, "--log-level", o.launcherLog},
-		WorkDir:      filepath.Join(state, "node"), Logger: log,
+		LauncherArgs:   []string{"--image-dir", o.imageDir, "--log-level", o.launcherLog},
+		ReadOnlyMounts: []string{o.imageDir}, Runtime: rt,
+		WorkDir: filepath.Join(state, "node"), Logger: log,
 	})
 	if err != nil {
 		return err
@@ -440,4 +446,48 @@ func writePIDs(path string, cp *clusterlite.ControlPlane, comps []*component) er
 		c.mu.Unlock()
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// chooseRuntime picks how the node agent runs launcher pods
+// (--launcher-runtime): podman when asked, or in auto mode when podman
+// works here with an overlay store and has the launcher image; otherwise
+// bare processes (nil), said once at warn level in auto mode. cacheDir
+// becomes the containers' shared QEMU capability cache.
+func chooseRuntime(ctx context.Context, o upOptions, cacheDir string, log *slog.Logger) (nodeagent.Runtime, error) {
+	if o.runtime == "process" {
+		log.Info("launcher pods run as bare processes", "launcher", o.launcher, "why", "--launcher-runtime=process")
+		return nil, nil
+	}
+	p := &nodeagent.Podman{CacheDir: cacheDir, KVM: hostKVM(), Logger: log}
+	err := p.Check(ctx, launcherImage)
+	if err == nil {
+		err = p.RemoveLeftovers(ctx, o.nodeName)
+	}
+	if err == nil {
+		err = os.MkdirAll(cacheDir, 0o755)
+	}
+	if err != nil {
+		if o.runtime == "podman" {
+			return nil, fmt.Errorf("--launcher-runtime=podman: %w", err)
+		}
+		log.Warn("no container runtime works: launcher pods run as bare processes, without cgroup limits", "launcher", o.launcher, "why", err)
+		return nil, nil
+	}
+	log.Info("launcher pods run as podman containers", "image", launcherImage, "kvm", p.KVM)
+	return p, nil
+}
+
+// hostKVM reports whether the node has KVM that runs ordinary guests: a
+// hardware KVM module (kvm_intel, kvm_amd; not kvm_pvm) and /dev/kvm.
+// Only then do the containers get /dev/kvm.
+func hostKVM() bool {
+	if _, err := os.Stat("/dev/kvm"); err != nil {
+		return false
+	}
+	for _, m := range []string{"kvm_intel", "kvm_amd"} {
+		if _, err := os.Stat(filepath.Join("/sys/module", m)); err == nil {
+			return true
+		}
+	}
+	return false
 }

@@ -132,8 +132,8 @@ func startLite(repo string) *liteStack {
 			ready <- k
 		}
 	})
-	s.proc, err = spawn.Start(spawn.Spec{Path: liteBin, Args: []string{"up", "--state-dir", state, "--bin-dir", binDir,
-		"--launcher", bins.Launcher, "--image-dir", bins.ImageDir}, Stdout: out, StderrFile: s.logPath, Truncate: true})
+	s.proc, err = spawn.Start(spawn.Spec{Path: liteBin, Args: append([]string{"up", "--state-dir", state, "--bin-dir", binDir,
+		"--launcher", bins.Launcher, "--image-dir", bins.ImageDir}, liteArgs()...), Stdout: out, StderrFile: s.logPath, Truncate: true})
 	Expect(err).NotTo(HaveOccurred())
 	select {
 	case s.kubeconfig = <-ready:
@@ -172,6 +172,7 @@ func (s *liteStack) stop() {
 	}
 	_, err = os.Stat(s.stateDir)
 	Expect(os.IsNotExist(err)).To(BeTrue(), "state folder %s left behind", s.stateDir)
+	checkNoContainers()
 	var left []string
 	for name := range tmpEntries() {
 		if !s.tmpBefore[name] && ours(name) {

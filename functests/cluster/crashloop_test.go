@@ -370,6 +370,19 @@ var _ = Describe("crash loops on KubeVirt's own controller and on ours", Ordered
 			}).WithTimeout(3*time.Minute).WithPolling(200*time.Millisecond).Should(Equal("Running startFailure=false"), "ours %s", s)
 		}
 
+		if lite != nil && laneRuntime() == "podman" {
+			By("KubeVirt's Running VMs run in podman containers of their launcher pods")
+			for _, s := range strategies {
+				vmi, err := client.VirtualMachineInstance(namespace()).Get(ctx, kv[s].name, metav1.GetOptions{})
+				Expect(err).NotTo(HaveOccurred())
+				pod := launcherPodOf(ctx, vmi)
+				Expect(pod).NotTo(BeNil(), "the launcher pod of %s", kv[s].name)
+				cs := containersOfPod(pod.UID)
+				Expect(cs).To(HaveLen(1), "containers of pod %s", pod.Name)
+				Expect([]string{cs[0].State.Status, cs[0].ImageName}).To(Equal([]string{"running", launcherImage}), "container of pod %s", pod.Name)
+			}
+		}
+
 		By("no attempt was made between the stop and the start")
 		for _, s := range strategies {
 			_, kvAttempts, _ := kv[s].snapshot()

@@ -52,6 +52,12 @@ type Config struct {
 	// LauncherArgs are passed to every launcher before the manifest
 	// (for example --image-dir, --log-level).
 	LauncherArgs []string
+	// ReadOnlyMounts are host folders the launchers read (the guest
+	// images), mounted read-only at the same paths into containers.
+	ReadOnlyMounts []string
+	// Runtime runs the compute containers; nil means bare processes
+	// (Process).
+	Runtime Runtime
 	// WorkDir holds one folder per pod: the VMI manifest, the launcher's
 	// events, log and console.
 	WorkDir string
@@ -71,6 +77,8 @@ type Agent struct {
 
 	// spawner starts launchers so that they die with the agent.
 	spawner *spawn.Spawner
+	// runtime runs the compute containers.
+	runtime Runtime
 
 	mu         sync.Mutex
 	containers map[types.UID]*container // by pod UID
@@ -121,6 +129,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	// Closed after shutdown has stopped every launcher (defers run last
 	// in first out).
 	defer a.spawner.Close()
+	a.runtime = a.cfg.Runtime
+	if a.runtime == nil {
+		a.runtime = Process{Spawner: a.spawner, Logger: a.cfg.Logger}
+	}
 
 	factory := informers.NewSharedInformerFactoryWithOptions(a.cfg.Client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = launcherPodSelector }))
@@ -144,7 +156,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), a.pods.HasSynced, a.vmis.HasSynced) {
 		return a.shutdown(ctx.Err())
 	}
-	a.cfg.Logger.Info("node agent ready")
+	a.cfg.Logger.Info("node agent ready", "runtime", a.runtime.Name())
 	go a.heartbeat(ctx)
 	for i := 0; i < 2; i++ {
 		go a.work(ctx)
@@ -326,7 +338,7 @@ func (a *Agent) vmiOf(ctx context.Context, pod *k8sv1.Pod) (*v1.VirtualMachineIn
 }
 
 // newContainer records the compute container of a pod bound to this node.
-func (a *Agent) newContainer(pod *k8sv1.Pod, vmi *v1.VirtualMachineInstance, args launchArgs) *container {
+func (a *Agent) newContainer(pod *k8sv1.Pod, vmi *v1.VirtualMachineInstance, args launchArgs, image string, res Resources) *container {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if c, ok := a.containers[pod.UID]; ok {
@@ -335,7 +347,7 @@ func (a *Agent) newContainer(pod *k8sv1.Pod, vmi *v1.VirtualMachineInstance, arg
 	c := &container{
 		podKey: types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, podUID: pod.UID,
 		vmiKey: types.NamespacedName{Namespace: vmi.Namespace, Name: vmi.Name}, vmiUID: vmi.UID,
-		args: args, dir: launcherapi.Dir(filepath.Join(a.cfg.WorkDir, pod.Namespace+"_"+pod.Name+"_"+string(pod.UID))),
+		args: args, image: image, res: res, dir: launcherapi.Dir(filepath.Join(a.cfg.WorkDir, pod.Namespace+"_"+pod.Name+"_"+string(pod.UID))),
 		startedAt: time.Now(), done: make(chan struct{}),
 	}
 	a.containers[pod.UID] = c

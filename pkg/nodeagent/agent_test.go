@@ -7,6 +7,7 @@ import (
 	"time"
 
 	k8sv1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	v1 "kubevirt.io/api/core/v1"
 
@@ -130,5 +131,43 @@ func TestHeartbeatStampParsesAsKubeVirtReadsIt(t *testing.T) {
 	var ts metav1.Time
 	if err := ts.UnmarshalJSON([]byte(`"` + heartbeatStamp(now) + `"`)); err != nil || !ts.Time.Equal(now) {
 		t.Fatalf("stamp %q read back as %v, %v", heartbeatStamp(now), ts, err)
+	}
+}
+
+func TestPodStatusOOMKilled(t *testing.T) {
+	pod := launcherPod("virt-launcher")
+	start := time.Date(2026, 11, 30, 6, 0, 0, 0, time.UTC)
+	s := snapshot{StartedAt: start, Launched: true, Running: true, Exited: true, ExitCode: 13, Reason: ReasonOOMKilled,
+		Message: "oom", EndedAt: start.Add(time.Second)}
+	st := podStatus(pod, s, "127.0.0.1")
+	if st.Phase != k8sv1.PodFailed || computeState(st) != "terminated(13, OOMKilled)" {
+		t.Fatalf("phase %s, compute %s", st.Phase, computeState(st))
+	}
+	for _, cs := range st.ContainerStatuses {
+		if cs.Name == computeContainer && (cs.State.Terminated.Reason != ReasonOOMKilled || cs.State.Terminated.Message != "oom") {
+			t.Errorf("compute terminated %+v", cs.State.Terminated)
+		}
+	}
+	s.Final = &launcherapi.Event{Event: launcherapi.EventFailed, Reason: launcherapi.ReasonVMCrashed}
+	if phase, reason := finalPhase(s); phase != v1.Failed || !strings.Contains(reason, "VMCrashed (compute container OOMKilled)") {
+		t.Errorf("final phase %s, %q", phase, reason)
+	}
+}
+
+func TestLauncherManifestLeavesLimitsToTheCgroup(t *testing.T) {
+	vmi := &v1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: "vm", Namespace: "default"}}
+	vmi.Spec.Domain.Resources = v1.ResourceRequirements{
+		Requests: k8sv1.ResourceList{k8sv1.ResourceMemory: resource.MustParse("64Mi")},
+		Limits:   k8sv1.ResourceList{k8sv1.ResourceMemory: resource.MustParse("64Mi"), k8sv1.ResourceCPU: resource.MustParse("1")},
+	}
+	data, err := launcherManifest(vmi)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(data), "limits") || !strings.Contains(string(data), `"requests"`) {
+		t.Errorf("manifest:\n%s", data)
+	}
+	if _, ok := vmi.Spec.Domain.Resources.Limits[k8sv1.ResourceMemory]; !ok {
+		t.Error("the cached VMI was changed")
 	}
 }

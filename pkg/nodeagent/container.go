@@ -98,13 +98,16 @@ type container struct {
 	args   launchArgs
 	dir    launcherapi.Dir
 
+	image string    // the compute container's image
+	res   Resources // the compute container's resources
+
 	mu        sync.Mutex
-	startedAt time.Time      // when the container started (pod Running)
-	proc      *spawn.Process // nil until the launcher is started
-	running   bool           // the launcher reported Running
+	startedAt time.Time        // when the container started (pod Running)
+	run       RunningContainer // nil until the launcher is started
+	running   bool             // the launcher reported Running
 	final     *launcherapi.Event
 	exited    bool
-	exitCode  int
+	exit      ContainerExit
 	endedAt   time.Time
 	signalled bool
 	done      chan struct{}
@@ -118,19 +121,32 @@ type snapshot struct {
 	Final     *launcherapi.Event
 	Exited    bool
 	ExitCode  int
-	EndedAt   time.Time
+	// Reason and Message are kubelet's for the terminated container
+	// (empty: derived from ExitCode).
+	Reason, Message string
+	EndedAt         time.Time
 }
 
 func (c *container) snapshot() snapshot {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return snapshot{StartedAt: c.startedAt, Launched: c.proc != nil, Running: c.running, Final: c.final,
-		Exited: c.exited, ExitCode: c.exitCode, EndedAt: c.endedAt}
+	return snapshot{StartedAt: c.startedAt, Launched: c.run != nil, Running: c.running, Final: c.final,
+		Exited: c.exited, ExitCode: c.exit.Code, Reason: c.exit.Reason, Message: c.exit.Message, EndedAt: c.endedAt}
 }
 
 // launcherManifest is the VMI as our virt-launcher reads it: identity,
-// annotations and spec (status belongs to the cluster, not to the launch).
+// annotations and spec (status belongs to the cluster, not to the
+// launch). The memory and CPU limits are left out: they are the pod's,
+// enforced by the node on the compute container's cgroup (KubeVirt's
+// virt-controller adds its overhead to them in the pod), not by the
+// launcher, which refuses fields it does not honour.
 func launcherManifest(vmi *v1.VirtualMachineInstance) ([]byte, error) {
+	spec := vmi.Spec.DeepCopy()
+	delete(spec.Domain.Resources.Limits, k8sv1.ResourceMemory)
+	delete(spec.Domain.Resources.Limits, k8sv1.ResourceCPU)
+	if len(spec.Domain.Resources.Limits) == 0 {
+		spec.Domain.Resources.Limits = nil
+	}
 	m := struct {
 		APIVersion string                        `json:"apiVersion"`
 		Kind       string                        `json:"kind"`
@@ -141,7 +157,7 @@ func launcherManifest(vmi *v1.VirtualMachineInstance) ([]byte, error) {
 		Kind:       "VirtualMachineInstance",
 		Metadata: metav1.ObjectMeta{Name: vmi.Name, Namespace: vmi.Namespace, UID: vmi.UID,
 			Labels: vmi.Labels, Annotations: vmi.Annotations},
-		Spec: vmi.Spec,
+		Spec: *spec,
 	}
 	return json.MarshalIndent(m, "", "  ")
 }
@@ -159,12 +175,13 @@ func (c *container) launcherArgs(cfg *Config) launcherapi.Args {
 	return a
 }
 
-// launch starts our virt-launcher for vmi. notify is called whenever the
-// container's state changes (an event line, the exit).
-func (c *container) launch(cfg *Config, sp *spawn.Spawner, vmi *v1.VirtualMachineInstance, notify func()) error {
+// launch starts our virt-launcher for vmi through the node's runtime.
+// notify is called whenever the container's state changes (an event
+// line, the exit).
+func (c *container) launch(ctx context.Context, cfg *Config, rt Runtime, vmi *v1.VirtualMachineInstance, notify func()) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.proc != nil || c.exited {
+	if c.run != nil || c.exited {
 		return nil
 	}
 	if err := os.MkdirAll(string(c.dir), 0o755); err != nil {
@@ -182,10 +199,6 @@ func (c *container) launch(cfg *Config, sp *spawn.Spawner, vmi *v1.VirtualMachin
 		return fmt.Errorf("creating launcher events file: %w", err)
 	}
 	args := c.launcherArgs(cfg).Build()
-	// A pod's processes die with its node: if the agent dies, so does the
-	// launcher (started through the agent's spawner, so that the signal
-	// is tied to the agent rather than to a worker thread), and its reaper
-	// takes QEMU with it.
 	out := spawn.NewLineWriter(func(line []byte) {
 		_, _ = events.Write(append(append([]byte(nil), line...), '\n'))
 		if len(bytes.TrimSpace(line)) == 0 {
@@ -199,13 +212,18 @@ func (c *container) launch(cfg *Config, sp *spawn.Spawner, vmi *v1.VirtualMachin
 		c.record(ev)
 		notify()
 	})
-	proc, err := sp.Start(spawn.Spec{Path: cfg.LauncherPath, Args: args, Stdout: out, StderrFile: c.dir.Log(), Truncate: true})
+	run, err := rt.Start(ctx, ContainerSpec{
+		PodNamespace: c.podKey.Namespace, PodName: c.podKey.Name, PodUID: string(c.podUID), NodeName: cfg.NodeName,
+		Image: c.image, LauncherPath: cfg.LauncherPath, Args: args, Dir: string(c.dir), ReadOnly: cfg.ReadOnlyMounts,
+		Resources: c.res, Stdout: out, StderrFile: c.dir.Log(),
+	})
 	if err != nil {
 		events.Close()
 		return err
 	}
-	c.proc = proc
-	cfg.Logger.Info("launcher started", "vmi", c.vmiKey.String(), "uid", c.vmiUID, "pid", proc.PID(), "args", strings.Join(args, " "))
+	c.run = run
+	cfg.Logger.Info("launcher started", "vmi", c.vmiKey.String(), "uid", c.vmiUID, "runtime", rt.Name(), "container", run.ID(),
+		"args", strings.Join(args, " "))
 	go c.watch(cfg.Logger, out, events, notify)
 	return nil
 }
@@ -224,17 +242,14 @@ func (c *container) record(ev launcherapi.Event) {
 
 // watch waits for the launcher to exit, then records the exit.
 func (c *container) watch(log *slog.Logger, out *spawn.LineWriter, events *os.File, notify func()) {
-	<-c.proc.Done()
+	<-c.run.Done()
 	out.Flush()
 	events.Close()
-	code := c.proc.Exit().Code
-	if code < 0 {
-		code = 128 // not waited for: as the old kubelet rule, a failure
-	}
+	exit := c.run.Exit()
 	c.mu.Lock()
-	c.exited, c.exitCode, c.endedAt = true, code, time.Now()
+	c.exited, c.exit, c.endedAt = true, exit, time.Now()
 	c.mu.Unlock()
-	log.Info("launcher exited", "vmi", c.vmiKey.String(), "uid", c.vmiUID, "exitCode", code)
+	log.Info("launcher exited", "vmi", c.vmiKey.String(), "uid", c.vmiUID, "exitCode", exit.Code, "reason", exit.Reason, "message", exit.Message)
 	close(c.done)
 	notify()
 }
@@ -244,10 +259,10 @@ func (c *container) watch(log *slog.Logger, out *spawn.LineWriter, events *os.Fi
 func (c *container) markExitedWithoutLaunch() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.proc != nil || c.exited {
+	if c.run != nil || c.exited {
 		return
 	}
-	c.exited, c.exitCode, c.endedAt = true, 0, time.Now()
+	c.exited, c.exit, c.endedAt = true, ContainerExit{Reason: ReasonCompleted}, time.Now()
 	close(c.done)
 }
 
@@ -255,10 +270,10 @@ func (c *container) markExitedWithoutLaunch() {
 // on pod deletion) and kills it after grace. It returns at once.
 func (c *container) stop(log *slog.Logger, grace time.Duration) {
 	c.mu.Lock()
-	proc, already := c.proc, c.signalled
+	run, already := c.run, c.signalled
 	c.signalled = true
 	c.mu.Unlock()
-	if proc == nil {
+	if run == nil {
 		c.markExitedWithoutLaunch()
 		return
 	}
@@ -266,8 +281,8 @@ func (c *container) stop(log *slog.Logger, grace time.Duration) {
 		return
 	}
 	go func() {
-		st, err := proc.Stop(context.Background(), grace)
-		if st.Killed {
+		killed, err := run.Stop(context.Background(), grace)
+		if killed {
 			log.Warn("launcher ignored SIGTERM for its grace period, killed it", "vmi", c.vmiKey.String(), "grace", grace)
 		}
 		if err != nil {
@@ -284,4 +299,29 @@ func (c *container) wait(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// computeResources reads the compute container's image and the resources
+// that become its cgroup limits.
+func computeResources(pod *k8sv1.Pod) (string, Resources, error) {
+	for _, c := range pod.Spec.Containers {
+		if c.Name != computeContainer {
+			continue
+		}
+		var r Resources
+		if q, ok := c.Resources.Limits[k8sv1.ResourceMemory]; ok {
+			r.MemoryLimit = q.Value()
+		}
+		if q, ok := c.Resources.Limits[k8sv1.ResourceCPU]; ok {
+			r.CPULimitMilli = q.MilliValue()
+		}
+		if q, ok := c.Resources.Requests[k8sv1.ResourceCPU]; ok {
+			r.CPURequestMilli = q.MilliValue()
+		}
+		if c.Image == "" {
+			return "", r, fmt.Errorf("pod %s/%s: the %q container has no image", pod.Namespace, pod.Name, computeContainer)
+		}
+		return c.Image, r, nil
+	}
+	return "", Resources{}, fmt.Errorf("pod %s/%s has no %q container", pod.Namespace, pod.Name, computeContainer)
 }

@@ -54,10 +54,14 @@ func (a *Agent) syncPod(ctx context.Context, key string) error {
 		if err != nil {
 			return a.failPod(ctx, pod, err)
 		}
-		c = a.newContainer(pod, vmi, args)
+		image, res, err := computeResources(pod)
+		if err != nil {
+			return a.failPod(ctx, pod, err)
+		}
+		c = a.newContainer(pod, vmi, args, image, res)
 		if args.SimulateCrash {
 			// KubeVirt's launcher crashes as soon as its container starts.
-			if err := c.launch(&a.cfg, a.spawner, vmi, a.notifier(c)); err != nil {
+			if err := c.launch(ctx, &a.cfg, a.runtime, vmi, a.notifier(c)); err != nil {
 				return a.failPod(ctx, pod, err)
 			}
 		}
@@ -119,7 +123,7 @@ func (a *Agent) deletePod(ctx context.Context, pod *k8sv1.Pod) error {
 // failPod reports a pod whose container could not be started.
 func (a *Agent) failPod(ctx context.Context, pod *k8sv1.Pod, cause error) error {
 	a.cfg.Logger.Error("cannot start the launcher", "pod", pod.Namespace+"/"+pod.Name, "err", cause)
-	s := snapshot{StartedAt: time.Now(), Exited: true, ExitCode: 128, EndedAt: time.Now()}
+	s := snapshot{StartedAt: time.Now(), Exited: true, ExitCode: 128, Reason: ReasonStartError, Message: cause.Error(), EndedAt: time.Now()}
 	return a.reportPod(ctx, pod, s)
 }
 
@@ -164,12 +168,12 @@ func podStatus(pod *k8sv1.Pod, s snapshot, hostIP string) k8sv1.PodStatus {
 		case running:
 			cs.State.Running = &k8sv1.ContainerStateRunning{StartedAt: started}
 		case ctr.Name == computeContainer:
-			reason := "Completed"
-			if s.ExitCode != 0 {
-				reason = "Error"
+			reason := s.Reason
+			if reason == "" {
+				reason = exitReason(s.ExitCode, 0)
 			}
 			cs.State.Terminated = &k8sv1.ContainerStateTerminated{ExitCode: int32(s.ExitCode), Reason: reason,
-				StartedAt: started, FinishedAt: metav1.NewTime(s.EndedAt)}
+				Message: s.Message, StartedAt: started, FinishedAt: metav1.NewTime(s.EndedAt)}
 		default:
 			cs.State.Terminated = &k8sv1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed",
 				StartedAt: started, FinishedAt: metav1.NewTime(s.EndedAt)}
@@ -222,6 +226,8 @@ func computeState(st k8sv1.PodStatus) string {
 			continue
 		}
 		switch {
+		case cs.State.Terminated != nil && cs.State.Terminated.Reason == ReasonOOMKilled:
+			return fmt.Sprintf("terminated(%d, %s)", cs.State.Terminated.ExitCode, cs.State.Terminated.Reason)
 		case cs.State.Terminated != nil:
 			return fmt.Sprintf("terminated(%d)", cs.State.Terminated.ExitCode)
 		case cs.State.Running != nil:
@@ -250,7 +256,7 @@ func (a *Agent) syncVMI(ctx context.Context, key string) error {
 		c.stop(a.cfg.Logger, graceOr(gracePeriod(vmi), 30*time.Second))
 	}
 	if vmi.Status.Phase == v1.Scheduled && vmi.DeletionTimestamp == nil {
-		if err := c.launch(&a.cfg, a.spawner, vmi, a.notifier(c)); err != nil {
+		if err := c.launch(ctx, &a.cfg, a.runtime, vmi, a.notifier(c)); err != nil {
 			return fmt.Errorf("starting the launcher of VMI %s: %w", key, err)
 		}
 	}
@@ -300,6 +306,9 @@ func finalPhase(s snapshot) (v1.VirtualMachineInstancePhase, string) {
 		if s.Final.Message != "" {
 			reason += ": " + s.Final.Message
 		}
+		if s.Reason == ReasonOOMKilled {
+			reason += " (compute container " + ReasonOOMKilled + ")"
+		}
 		if s.Final.Event == launcherapi.EventSucceeded {
 			return v1.Succeeded, reason
 		}
@@ -307,6 +316,9 @@ func finalPhase(s snapshot) (v1.VirtualMachineInstancePhase, string) {
 	}
 	if s.ExitCode == 0 {
 		return v1.Succeeded, "launcher exited 0"
+	}
+	if s.Reason == ReasonOOMKilled || s.Reason == ReasonStartError {
+		return v1.Failed, fmt.Sprintf("compute container %s, exit code %d, without a final event", s.Reason, s.ExitCode)
 	}
 	return v1.Failed, fmt.Sprintf("launcher exited with code %d without a final event", s.ExitCode)
 }

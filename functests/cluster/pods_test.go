@@ -1,0 +1,384 @@
+package cluster_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	k8sv1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/crashloop-harness/crashloop/functests/cluster"
+	"github.com/crashloop-harness/crashloop/functests/ctlharness"
+	"github.com/crashloop-harness/crashloop/pkg/nodeagent"
+	"github.com/crashloop-harness/crashloop/pkg/qemu"
+)
+
+// launcherImage is the image cluster-lite's virt-controller names in
+// every launcher pod.
+const launcherImage = "localhost/crashloop/virt-launcher:latest"
+
+// liteNode is the node name cluster-lite registers (its default).
+const liteNode = "clusterlite-node"
+
+// laneRuntime is the --launcher-runtime the lane gives cluster-lite:
+// CLUSTER_LANE_LAUNCHER_RUNTIME if set; otherwise podman when podman has
+// the launcher image (make functest builds it), so that a broken runtime
+// fails the lane instead of falling back; otherwise auto, and the
+// container specs say why they are skipped.
+func laneRuntime() string {
+	if r := os.Getenv("CLUSTER_LANE_LAUNCHER_RUNTIME"); r != "" {
+		return r
+	}
+	if conf := filepath.Join(repoRoot(), "_build", "containers", "storage.conf"); os.Getenv("CONTAINERS_STORAGE_CONF") == "" {
+		// make image keeps the image in an overlay store of its own when
+		// the user's store is not overlay, and names it in this file.
+		if _, err := os.Stat(conf); err == nil {
+			Expect(os.Setenv("CONTAINERS_STORAGE_CONF", conf)).To(Succeed())
+		}
+	}
+	if _, err := podman("image", "exists", launcherImage); err == nil {
+		return "podman"
+	}
+	return "auto"
+}
+
+// liteArgs are the lane's extra "clusterlite up" flags.
+func liteArgs() []string { return []string{"--launcher-runtime", laneRuntime()} }
+
+func podman(args ...string) (string, error) {
+	out, err := exec.Command("podman", args...).CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+// nodeContainers lists the containers cluster-lite's node agent made (all
+// of them, running or not), by the node label it puts on each.
+func nodeContainers() []string {
+	out, err := podman("ps", "--all", "--filter", "label="+nodeagent.LabelNode+"="+liteNode, "--format", "{{.Names}}")
+	Expect(err).NotTo(HaveOccurred(), "podman ps: %s", out)
+	return strings.Fields(out)
+}
+
+// checkNoContainers fails when the node agent left a container behind
+// (called after tear-down).
+func checkNoContainers() {
+	if _, err := exec.LookPath("podman"); err != nil {
+		return
+	}
+	Expect(nodeContainers()).To(BeEmpty(), "containers of node %s left after tear-down", liteNode)
+}
+
+// inspected is what the specs read from `podman inspect`.
+type inspected struct {
+	Name      string
+	ImageName string
+	Config    struct{ Labels map[string]string }
+	State     struct {
+		Status     string
+		Pid        int
+		CgroupPath string
+	}
+	HostConfig struct{ Memory int64 }
+}
+
+// containersOfPod lists the containers labelled with a pod's UID and
+// inspects them.
+func containersOfPod(uid types.UID) []inspected {
+	out, err := podman("ps", "--all", "--filter", "label="+nodeagent.LabelPodUID+"="+string(uid), "--format", "{{.ID}}")
+	Expect(err).NotTo(HaveOccurred(), "podman ps: %s", out)
+	ids := strings.Fields(out)
+	if len(ids) == 0 {
+		return nil
+	}
+	out, err = podman(append([]string{"container", "inspect"}, ids...)...)
+	Expect(err).NotTo(HaveOccurred(), "podman inspect: %s", out)
+	var cs []inspected
+	Expect(json.Unmarshal([]byte(out), &cs)).To(Succeed())
+	return cs
+}
+
+// memoryCgroup is the container's memory cgroup folder (v1 hierarchy when
+// mounted, else unified).
+func memoryCgroup(path string) string {
+	if fi, err := os.Stat("/sys/fs/cgroup/memory"); err == nil && fi.IsDir() {
+		return filepath.Join("/sys/fs/cgroup/memory", path)
+	}
+	return filepath.Join("/sys/fs/cgroup", path)
+}
+
+// cgroupMemoryLimit reads the limit the kernel enforces on the cgroup.
+func cgroupMemoryLimit(path string) int64 {
+	dir := memoryCgroup(path)
+	file := filepath.Join(dir, "memory.limit_in_bytes")
+	if _, err := os.Stat(file); err != nil {
+		file = filepath.Join(dir, "memory.max")
+	}
+	data, err := os.ReadFile(file)
+	Expect(err).NotTo(HaveOccurred(), "the container's memory limit")
+	n, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+	Expect(err).NotTo(HaveOccurred(), "%s: %s", file, data)
+	return n
+}
+
+// launcherPodOf is the live virt-launcher pod of a VMI (nil if none yet).
+func launcherPodOf(ctx context.Context, vmi *v1.VirtualMachineInstance) *k8sv1.Pod {
+	pods, err := client.CoreV1().Pods(vmi.Namespace).List(ctx, metav1.ListOptions{LabelSelector: v1.CreatedByLabel + "=" + string(vmi.UID)})
+	Expect(err).NotTo(HaveOccurred())
+	for i := range pods.Items {
+		if pods.Items[i].DeletionTimestamp == nil {
+			return &pods.Items[i]
+		}
+	}
+	return nil
+}
+
+func computeOf(pod *k8sv1.Pod) (spec k8sv1.Container, status *k8sv1.ContainerStatus) {
+	for _, c := range pod.Spec.Containers {
+		if c.Name == "compute" {
+			spec = c
+		}
+	}
+	for i := range pod.Status.ContainerStatuses {
+		if pod.Status.ContainerStatuses[i].Name == "compute" {
+			status = &pod.Status.ContainerStatuses[i]
+		}
+	}
+	return spec, status
+}
+
+// podsVM is a test-guest VM for the container specs: its memory limit set
+// the way a user writes it (resources.limits.memory; KubeVirt adds its
+// overhead to the pod's limit).
+func podsVM(name string, guest, limit string, kernelArgs string) *v1.VirtualMachine {
+	vm := ctlharness.TestGuestVM(name, v1.RunStrategyAlways, nil, kernelArgs)
+	vm.Namespace = namespace()
+	spec := &vm.Spec.Template.Spec
+	g := resource.MustParse(guest)
+	spec.Domain.Memory.Guest = &g
+	spec.Domain.Resources.Limits = k8sv1.ResourceList{k8sv1.ResourceMemory: resource.MustParse(limit)}
+	return vm
+}
+
+var _ = Describe("launcher pods as containers", Label("containers"), func() {
+	BeforeEach(func() {
+		if lite == nil {
+			Skip("KUBECONFIG points at another cluster: its kubelet runs the pods")
+		}
+		if r := laneRuntime(); r != "podman" {
+			Skip("the lane runs cluster-lite with --launcher-runtime=" + r + " (podman without " + launcherImage +
+				", see make image, or CLUSTER_LANE_LAUNCHER_RUNTIME): no containers to check")
+		}
+	})
+
+	It("runs each launcher pod as a podman container of the pod's image, labelled with its UID, with the pod's memory limit in its cgroup, and removes it with the pod", func(ctx SpecContext) {
+		name := fmt.Sprintf("pods-run-%d", time.Now().Unix()%100000)
+		createOnCluster(ctx, podsVM(name, "256Mi", "256Mi", ""))
+		var vmi *v1.VirtualMachineInstance
+		Eventually(func() v1.VirtualMachineInstancePhase {
+			var err error
+			if vmi, err = client.VirtualMachineInstance(namespace()).Get(ctx, name, metav1.GetOptions{}); err != nil {
+				return ""
+			}
+			return vmi.Status.Phase
+		}).WithTimeout(3*time.Minute).WithPolling(200*time.Millisecond).Should(Equal(v1.Running), "VMI %s", name)
+		pod := launcherPodOf(ctx, vmi)
+		Expect(pod).NotTo(BeNil(), "the launcher pod of %s", name)
+		spec, _ := computeOf(pod)
+		limit := spec.Resources.Limits.Memory().Value()
+		Expect(limit).To(BeNumerically(">", 256<<20), "KubeVirt adds its overhead to the VMI's limit in the pod")
+
+		By("the runtime has one running container for the pod, of the pod's image, with its memory limit")
+		cs := containersOfPod(pod.UID)
+		Expect(cs).To(HaveLen(1), "containers labelled %s=%s", nodeagent.LabelPodUID, pod.UID)
+		c := cs[0]
+		Expect(c.Name).To(Equal(nodeagent.ContainerName(pod.Namespace, pod.Name, string(pod.UID))))
+		Expect(c.State.Status).To(Equal("running"))
+		Expect(c.ImageName).To(Equal(spec.Image))
+		Expect(c.Config.Labels).To(HaveKeyWithValue(nodeagent.LabelPodName, pod.Name))
+		Expect(c.HostConfig.Memory).To(Equal(limit), "podman's memory limit is the compute container's")
+		// The kernel keeps whole pages of KubeVirt's byte-exact limit.
+		Expect(cgroupMemoryLimit(c.State.CgroupPath)).To(Equal(limit&^4095), "the kernel's limit on the container's memory cgroup")
+
+		By("the VM's QEMU runs inside that container: in its PID namespace and its memory cgroup")
+		pids := qemu.FindQEMU(namespace()+"_"+name, "")
+		Expect(pids).To(HaveLen(1), "one QEMU of %s", name)
+		ours, err := os.Readlink("/proc/self/ns/pid")
+		Expect(err).NotTo(HaveOccurred())
+		theirs, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pids[0]))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(theirs).NotTo(Equal(ours), "QEMU %d runs in the host's PID namespace", pids[0])
+		cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pids[0]))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(cg)).To(ContainSubstring(c.State.CgroupPath), "QEMU's cgroups")
+
+		By("every container of the node belongs to a live launcher pod")
+		for _, n := range nodeContainers() {
+			uid := strings.Split(n, "_")
+			Expect(uid).To(HaveLen(6), "container name %s", n)
+			_, err := client.CoreV1().Pods(uid[3]).Get(ctx, uid[2], metav1.GetOptions{})
+			Expect(err).NotTo(HaveOccurred(), "container %s has no pod", n)
+		}
+
+		By("deleting the VM removes the pod and its container")
+		Expect(client.VirtualMachine(namespace()).Delete(ctx, name, metav1.DeleteOptions{})).To(Succeed())
+		Eventually(func() []inspected { return containersOfPod(pod.UID) }).WithTimeout(2*time.Minute).WithPolling(200*time.Millisecond).
+			Should(BeEmpty(), "container of pod %s", pod.Name)
+		Eventually(func() bool {
+			_, err := client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+			return apierrors.IsNotFound(err)
+		}).WithTimeout(time.Minute).Should(BeTrue(), "pod %s", pod.Name)
+	})
+
+	It("has the kernel OOM-kill QEMU when the guest touches more memory than the pod's limit; the VMI fails with its compute container OOMKilled, not counted as a start failure as it failed after Running", Label("oom"), func(ctx SpecContext) {
+		// A user can write it: KubeVirt v1.6.0 accepts memory.guest above
+		// resources.limits.memory under its default VM rollout strategy
+		// (LiveUpdate; vmi-create-admitter.go validateGuestMemoryLimit),
+		// requests default to the limit, and the pod's limit is the VMI's
+		// limit plus KubeVirt's overhead estimate (renderresources.go,
+		// WithMemoryOverhead): 64Mi + about 270Mi. The test guest boots in
+		// about 230 MB; memtest=1 (the Debian kernel's early memory test)
+		// writes all 512Mi of guest RAM, which QEMU then holds.
+		name := fmt.Sprintf("pods-oom-%d", time.Now().Unix()%100000)
+		createOnCluster(ctx, podsVM(name, "512Mi", "64Mi", ctlharness.DefaultKernelArgs+" memtest=1"))
+
+		By("following the first VMI's launcher container and its memory cgroup's oom_kill counter")
+		var first *v1.VirtualMachineInstance
+		var pod *k8sv1.Pod
+		Eventually(func() *k8sv1.Pod {
+			vmi, err := client.VirtualMachineInstance(namespace()).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return nil
+			}
+			first, pod = vmi, launcherPodOf(ctx, vmi)
+			return pod
+		}).WithTimeout(time.Minute).WithPolling(100 * time.Millisecond).ShouldNot(BeNil())
+		spec, _ := computeOf(pod)
+		limit := spec.Resources.Limits.Memory().Value()
+		var c inspected
+		Eventually(func() []inspected {
+			cs := containersOfPod(pod.UID)
+			if len(cs) == 1 {
+				c = cs[0]
+			}
+			return cs
+		}).WithTimeout(time.Minute).WithPolling(50 * time.Millisecond).Should(HaveLen(1))
+		Expect(c.HostConfig.Memory).To(Equal(limit))
+		kills := followOOMKills(ctx, c.State.CgroupPath)
+		terminated := followComputeTermination(ctx, pod)
+		fmt.Fprintf(GinkgoWriter, "pod %s: compute limit %s (%d bytes) for a 512Mi guest with limits.memory 64Mi\n", pod.Name, spec.Resources.Limits.Memory(), limit)
+
+		By("the VMI reaches Running, then fails")
+		var vmi *v1.VirtualMachineInstance
+		Eventually(func() v1.VirtualMachineInstancePhase {
+			var err error
+			if vmi, err = client.VirtualMachineInstance(namespace()).Get(ctx, name, metav1.GetOptions{}); err != nil || vmi.UID != first.UID {
+				return ""
+			}
+			return vmi.Status.Phase
+		}).WithTimeout(3*time.Minute).WithPolling(100*time.Millisecond).Should(Equal(v1.Failed), "VMI %s", name)
+		attempt := cluster.AttemptFrom(vmi)
+		Expect(attempt.Running).To(BeTrue(), "the VMI was Running before the OOM kill: %+v", vmi.Status.PhaseTransitionTimestamps)
+
+		By("the pod's compute container terminated OOMKilled, the kernel's kill counted in its cgroup")
+		Eventually(terminated).WithTimeout(time.Minute).WithPolling(50*time.Millisecond).ShouldNot(BeNil(), "the compute container's terminated state")
+		t := terminated()
+		fmt.Fprintf(GinkgoWriter, "compute container: exit %d, reason %s, message %q; cgroup oom_kill %d\n", t.ExitCode, t.Reason, t.Message, kills())
+		Expect(t.Reason).To(Equal("OOMKilled"))
+		Expect(t.ExitCode).NotTo(BeZero())
+		Expect(kills()).To(BeNumerically(">=", 1), "the container's memory cgroup counted the kernel's OOM kill")
+
+		By("failed after Running: no start failure is counted and the next VMI comes without a backoff")
+		Eventually(func() types.UID {
+			next, err := client.VirtualMachineInstance(namespace()).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return ""
+			}
+			return next.UID
+		}).WithTimeout(30*time.Second).WithPolling(100*time.Millisecond).ShouldNot(Equal(first.UID), "the VM starts a new VMI at once (KubeVirt's first backoff is 10-15 s)")
+		vm, err := client.VirtualMachine(namespace()).Get(ctx, name, metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(vm.Status.StartFailure).To(BeNil(), "KubeVirt counts only failures before Running")
+		AddReportEntry("cluster-oom", fmt.Sprintf("pod limit %d bytes; compute %s exit %d; cgroup oom_kill %d; VMI Running then Failed; startFailure %v; VM %s",
+			limit, t.Reason, t.ExitCode, kills(), vm.Status.StartFailure, vm.Status.PrintableStatus))
+	})
+})
+
+// followOOMKills reads the cgroup's oom_kill counter every 10 ms until it
+// is gone (with its container) or ctx ends, and returns the highest
+// count seen.
+func followOOMKills(ctx context.Context, path string) func() int {
+	dir := memoryCgroup(path)
+	file := filepath.Join(dir, "memory.oom_control")
+	if _, err := os.Stat(file); err != nil {
+		file = filepath.Join(dir, "memory.events")
+	}
+	var mu sync.Mutex
+	most := 0
+	go func() {
+		for ctx.Err() == nil {
+			data, err := os.ReadFile(file)
+			if err != nil {
+				return
+			}
+			for _, line := range strings.Split(string(data), "\n") {
+				if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+					if n, err := strconv.Atoi(v); err == nil {
+						mu.Lock()
+						most = max(most, n)
+						mu.Unlock()
+					}
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	return func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return most
+	}
+}
+
+// followComputeTermination watches a pod until ctx ends and returns a
+// function giving the compute container's terminated state once the pod
+// showed one (the pod may be deleted right after).
+func followComputeTermination(ctx context.Context, pod *k8sv1.Pod) func() *k8sv1.ContainerStateTerminated {
+	var mu sync.Mutex
+	var last *k8sv1.ContainerStateTerminated
+	w, err := client.CoreV1().Pods(pod.Namespace).Watch(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", pod.Name).String(), ResourceVersion: pod.ResourceVersion})
+	Expect(err).NotTo(HaveOccurred())
+	go func() {
+		defer w.Stop()
+		for ev := range w.ResultChan() {
+			p, ok := ev.Object.(*k8sv1.Pod)
+			if !ok || p.UID != pod.UID {
+				continue
+			}
+			if _, st := computeOf(p); st != nil && st.State.Terminated != nil {
+				mu.Lock()
+				last = st.State.Terminated.DeepCopy()
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() *k8sv1.ContainerStateTerminated {
+		mu.Lock()
+		defer mu.Unlock()
+		return last
+	}
+}

@@ -1,0 +1,482 @@
+package nodeagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/crashloop-harness/crashloop/pkg/spawn"
+)
+
+// Labels the podman runtime puts on every compute container. The first
+// four are the ones CRI runtimes (containerd, CRI-O) put on a pod's
+// containers, so that a pod's containers are found by its UID.
+const (
+	LabelPodUID        = "io.kubernetes.pod.uid"
+	LabelPodName       = "io.kubernetes.pod.name"
+	LabelPodNamespace  = "io.kubernetes.pod.namespace"
+	LabelContainerName = "io.kubernetes.container.name"
+	// LabelNode names the node whose agent made the container.
+	LabelNode = "dev.crashloop.node"
+)
+
+// launcherCacheDir is the launcher's default QEMU capability cache
+// (--cache-dir) inside the image.
+const launcherCacheDir = "/var/cache/crashloop/qemu-capabilities"
+
+// Podman is the runtime of real containers: each compute container is a
+// rootful `podman run` of the image the pod names, unprivileged, with the
+// pod's resources as the container's cgroup limits. Its events are the
+// container's stdout, its exit code the container's, and an OOM kill is
+// read from the container's memory cgroup while the container runs.
+type Podman struct {
+	// Path is the podman binary; empty means "podman" from PATH.
+	Path string
+	// OCIRuntime is podman's --runtime; empty means "runc" (crun refuses
+	// hybrid cgroup hosts such as these).
+	OCIRuntime string
+	// CacheDir is a host folder mounted at the launcher's QEMU capability
+	// cache, shared by the node's containers so that only the first
+	// launch probes QEMU; empty means none (every launch probes).
+	CacheDir string
+	// KVM passes /dev/kvm into the containers (only where the node has
+	// KVM that runs ordinary guests).
+	KVM bool
+	// Spawner, if set, starts the `podman run` clients so that they die
+	// with the agent (their containers do not: conmon keeps them, and
+	// RemoveLeftovers removes them at the next start).
+	Spawner *spawn.Spawner
+	// Logger receives the runtime's logs.
+	Logger *slog.Logger
+	// CgroupRoot is where the cgroup filesystems are mounted; empty means
+	// /sys/fs/cgroup.
+	CgroupRoot string
+	// Poll is how often a running container's OOM-kill counter is read
+	// besides at every line of its output; 0 means 100 ms.
+	Poll time.Duration
+}
+
+// Name is "podman".
+func (*Podman) Name() string { return "podman" }
+
+func (r *Podman) path() string {
+	if r.Path == "" {
+		return "podman"
+	}
+	return r.Path
+}
+
+func (r *Podman) logger() *slog.Logger {
+	if r.Logger == nil {
+		return slog.Default()
+	}
+	return r.Logger
+}
+
+// ContainerName is the compute container's name for a pod, in kubelet's
+// (dockershim's) form k8s_<container>_<pod>_<namespace>_<pod UID>_<attempt>.
+func ContainerName(namespace, pod, uid string) string {
+	return fmt.Sprintf("k8s_%s_%s_%s_%s_0", computeContainer, pod, namespace, uid)
+}
+
+// RunArgs is the `podman run` command line (without the program) for spec:
+// removed when it ends, labelled with the pod, runc, catatonit as PID 1
+// (--init), no network (the test guests have none; QEMU's user network
+// needs none), explicit rlimits (these sandboxes lack CAP_SYS_RESOURCE to
+// raise them), the pod folder read-write and the guest images read-only
+// at the same paths, the capability cache, /dev/kvm where usable, and the
+// compute container's resources as kubelet maps them: the memory limit as
+// the memory cgroup's limit with no swap beyond it, the CPU limit as a CFS
+// quota (--cpus), the CPU request as CPU shares.
+func (r *Podman) RunArgs(spec ContainerSpec) []string {
+	rt := r.OCIRuntime
+	if rt == "" {
+		rt = "runc"
+	}
+	args := []string{"run", "--rm", "--pull", "never", "--runtime", rt, "--init", "--network", "none",
+		"--name", ContainerName(spec.PodNamespace, spec.PodName, spec.PodUID),
+		"--label", LabelPodUID + "=" + spec.PodUID,
+		"--label", LabelPodName + "=" + spec.PodName,
+		"--label", LabelPodNamespace + "=" + spec.PodNamespace,
+		"--label", LabelContainerName + "=" + computeContainer,
+		"--label", LabelNode + "=" + spec.NodeName,
+		"--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768",
+		"-v", spec.Dir + ":" + spec.Dir}
+	for _, d := range spec.ReadOnly {
+		args = append(args, "-v", d+":"+d+":ro")
+	}
+	if r.CacheDir != "" {
+		args = append(args, "-v", r.CacheDir+":"+launcherCacheDir)
+	}
+	if r.KVM {
+		args = append(args, "--device", "/dev/kvm")
+	}
+	res := spec.Resources
+	if res.MemoryLimit > 0 {
+		m := strconv.FormatInt(res.MemoryLimit, 10)
+		args = append(args, "--memory", m, "--memory-swap", m)
+	}
+	if res.CPULimitMilli > 0 {
+		args = append(args, "--cpus", strconv.FormatFloat(float64(res.CPULimitMilli)/1000, 'f', -1, 64))
+	}
+	if res.CPURequestMilli > 0 {
+		args = append(args, "--cpu-shares", strconv.FormatInt(cpuShares(res.CPURequestMilli), 10))
+	}
+	args = append(args, spec.Image)
+	return append(args, spec.Args...)
+}
+
+// cpuShares is kubelet's MilliCPUToShares: 1024 shares per CPU, at least 2.
+func cpuShares(milli int64) int64 {
+	return max(milli*1024/1000, 2)
+}
+
+// Check reports whether podman works here with an overlay store and has
+// image (no pull: there is no registry), with a sentence saying why not.
+func (r *Podman) Check(ctx context.Context, image string) error {
+	if _, err := exec.LookPath(r.path()); err != nil {
+		return fmt.Errorf("podman is not installed (%w)", err)
+	}
+	driver, err := r.podman(ctx, "info", "--format", "{{.Store.GraphDriverName}}")
+	if err != nil {
+		return fmt.Errorf("podman does not work here: podman info: %v %s", err, driver)
+	}
+	if driver != "overlay" {
+		// vfs copies the image for every container (seconds) and changes
+		// file ctimes, which throws libvirt's capability cache away.
+		return fmt.Errorf("podman's store uses the %q driver, not overlay (make image says which CONTAINERS_STORAGE_CONF to export)", driver)
+	}
+	if out, err := r.podman(ctx, "image", "exists", image); err != nil {
+		return fmt.Errorf("podman has no image %s (build it with `make image`): %v %s", image, err, out)
+	}
+	return nil
+}
+
+// RemoveLeftovers removes the containers a previous agent of node left
+// (an agent killed before it could stop them), found by LabelNode.
+func (r *Podman) RemoveLeftovers(ctx context.Context, node string) error {
+	out, err := r.podman(ctx, "ps", "--all", "--filter", "label="+LabelNode+"="+node, "--format", "{{.Names}}")
+	if err != nil {
+		return fmt.Errorf("listing leftover containers of node %s: %v %s", node, err, out)
+	}
+	names := strings.Fields(out)
+	if len(names) == 0 {
+		return nil
+	}
+	r.logger().Warn("removing containers a previous node agent left", "node", node, "containers", names)
+	if out, err := r.podman(ctx, append([]string{"rm", "--force", "--time", "0"}, names...)...); err != nil {
+		return fmt.Errorf("removing leftover containers %v: %v %s", names, err, out)
+	}
+	return nil
+}
+
+// podman runs one podman command to completion and returns its output.
+func (r *Podman) podman(ctx context.Context, args ...string) (string, error) {
+	out, err := exec.CommandContext(ctx, r.path(), args...).CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+// Start runs `podman run` for spec; it returns once the client started.
+func (r *Podman) Start(_ context.Context, spec ContainerSpec) (RunningContainer, error) {
+	c := &podmanContainer{r: r, name: ContainerName(spec.PodNamespace, spec.PodName, spec.PodUID),
+		stderr: spec.StderrFile, begin: time.Now(), done: make(chan struct{}), stopped: make(chan struct{})}
+	out := &oomReadingWriter{c: c, next: spec.Stdout}
+	ps := spawn.Spec{Path: r.path(), Args: r.RunArgs(spec), Dir: spec.Dir,
+		Stdout: out, StderrFile: spec.StderrFile, Truncate: true}
+	var p *spawn.Process
+	var err error
+	if r.Spawner != nil {
+		p, err = r.Spawner.Start(ps)
+	} else {
+		p, err = spawn.Start(ps)
+	}
+	if err != nil {
+		return nil, err
+	}
+	c.proc = p
+	go c.watch()
+	return c, nil
+}
+
+// podmanContainer is one `podman run` and the container it made.
+type podmanContainer struct {
+	r      *Podman
+	name   string
+	stderr string
+	begin  time.Time
+	proc   *spawn.Process
+
+	mu       sync.Mutex
+	output   bool   // the container wrote on its stdout: it ran
+	cgroup   string // the container's cgroup path, once known
+	oomFile  string // its OOM counter file
+	oomKills int    // the highest OOM-kill count read
+	exit     ContainerExit
+	done     chan struct{}
+	stopped  chan struct{} // closed when the OOM poller must end
+}
+
+func (c *podmanContainer) ID() string            { return c.name }
+func (c *podmanContainer) Done() <-chan struct{} { return c.done }
+
+func (c *podmanContainer) Exit() ContainerExit {
+	select {
+	case <-c.done:
+	default:
+		return ContainerExit{}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.exit
+}
+
+// oomReadingWriter passes the container's stdout on; the first write
+// (the container is running, its cgroup exists) starts following the
+// container's OOM-kill counter, and every write reads it: a launcher
+// whose QEMU the kernel killed writes its final event while the
+// container, and so its cgroup, still exists.
+type oomReadingWriter struct {
+	c    *podmanContainer
+	next interface{ Write([]byte) (int, error) }
+	once sync.Once
+}
+
+func (w *oomReadingWriter) Write(b []byte) (int, error) {
+	w.once.Do(func() {
+		w.c.mu.Lock()
+		w.c.output = true
+		w.c.mu.Unlock()
+		w.c.r.logger().Info("container started", "container", w.c.name, "firstOutputAfter", time.Since(w.c.begin).Round(time.Millisecond))
+		go w.c.followOOM()
+	})
+	w.c.readOOM()
+	if w.next == nil {
+		return len(b), nil
+	}
+	return w.next.Write(b)
+}
+
+// followOOM finds the container's memory cgroup and reads its OOM-kill
+// counter every Poll until the container ends (the counter goes with the
+// cgroup, so it cannot be read afterwards).
+func (c *podmanContainer) followOOM() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	path, err := c.r.podman(ctx, "container", "inspect", "--format", "{{.State.CgroupPath}}", c.name)
+	if err != nil || path == "" {
+		level := slog.LevelWarn
+		if notRunning(path) {
+			level = slog.LevelDebug // it ended before it could be inspected
+		}
+		c.r.logger().Log(ctx, level, "cannot find the container's cgroup: OOM kills will not be seen", "container", c.name, "err", err, "out", path)
+		return
+	}
+	file := oomCounterFile(c.r.CgroupRoot, path)
+	c.mu.Lock()
+	c.cgroup, c.oomFile = path, file
+	c.mu.Unlock()
+	poll := c.r.Poll
+	if poll <= 0 {
+		poll = 100 * time.Millisecond
+	}
+	t := time.NewTicker(poll)
+	defer t.Stop()
+	for {
+		c.readOOM()
+		select {
+		case <-c.stopped:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// readOOM reads the OOM-kill counter if its file is known and still there.
+func (c *podmanContainer) readOOM() {
+	c.mu.Lock()
+	file := c.oomFile
+	c.mu.Unlock()
+	if file == "" {
+		return
+	}
+	n, err := readOOMKills(file)
+	if err != nil {
+		return // the cgroup is gone with the container
+	}
+	c.mu.Lock()
+	c.oomKills = max(c.oomKills, n)
+	c.mu.Unlock()
+}
+
+// oomCounterFile is the file that counts OOM kills in the cgroup at path:
+// memory.oom_control in the v1 memory hierarchy when there is one,
+// otherwise memory.events of the unified hierarchy.
+func oomCounterFile(root, path string) string {
+	if root == "" {
+		root = "/sys/fs/cgroup"
+	}
+	if fi, err := os.Stat(filepath.Join(root, "memory")); err == nil && fi.IsDir() {
+		return filepath.Join(root, "memory", path, "memory.oom_control")
+	}
+	return filepath.Join(root, path, "memory.events")
+}
+
+// readOOMKills reads the "oom_kill N" line of a cgroup counter file.
+func readOOMKills(file string) (int, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				return 0, fmt.Errorf("%s: oom_kill %q: %w", file, v, err)
+			}
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("%s has no oom_kill line", file)
+}
+
+// watch waits for `podman run` to end and decodes the container's exit.
+func (c *podmanContainer) watch() {
+	<-c.proc.Done()
+	c.readOOM()
+	close(c.stopped)
+	e := c.proc.Exit()
+	c.mu.Lock()
+	started, kills := c.output || c.cgroup != "", c.oomKills
+	c.mu.Unlock()
+	exit := podmanExit(e, started, kills)
+	if exit.Reason == ReasonStartError {
+		if lines, err := spawn.Tail(c.stderr, 5); err == nil && len(lines) > 0 {
+			exit.Message += ": " + strings.Join(lines, " | ")
+		}
+	}
+	if e.Signal != 0 || e.Code < 0 || e.Code >= 125 {
+		// The client did not see the container through (killed, or
+		// podman failed): make sure nothing is left of it.
+		c.remove()
+	}
+	c.mu.Lock()
+	c.exit = exit
+	c.mu.Unlock()
+	c.r.logger().Info("container exited", "container", c.name, "exitCode", exit.Code, "reason", exit.Reason, "oomKills", kills)
+	close(c.done)
+}
+
+// remove removes the container if it is still there.
+func (c *podmanContainer) remove() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if out, err := c.r.podman(ctx, "rm", "--force", "--ignore", "--time", "0", c.name); err != nil {
+		c.r.logger().Error("removing container", "container", c.name, "err", err, "out", out)
+	}
+}
+
+// podmanExit is kubelet's view of a compute container run by `podman
+// run`, which exits with the container's code, or with 125 (podman's own
+// error), 126 (the entrypoint cannot be run) or 127 (not found) when the
+// container did not start. A container that never ran is a StartError
+// with code 128, as CRI runtimes report it; one whose memory cgroup
+// counted OOM kills is OOMKilled whatever its code (the kernel may kill
+// QEMU and leave the launcher to exit on its own).
+func podmanExit(e spawn.Exit, started bool, oomKills int) ContainerExit {
+	switch {
+	case e.Code < 0:
+		return ContainerExit{Code: 128, Reason: ReasonError, Message: "podman run could not be waited for"}
+	case e.Signal != 0:
+		return ContainerExit{Code: e.Code, Reason: exitReason(e.Code, oomKills),
+			Message: fmt.Sprintf("the podman run client was killed by %v", e.Signal)}
+	case !started && e.Code >= 125 && e.Code <= 127:
+		return ContainerExit{Code: 128, Reason: ReasonStartError, Message: fmt.Sprintf("podman run exited %d before the container ran", e.Code)}
+	}
+	x := ContainerExit{Code: e.Code, Reason: exitReason(e.Code, oomKills)}
+	if x.Reason == ReasonOOMKilled {
+		x.Message = fmt.Sprintf("the kernel's OOM killer killed %d process(es) of the container (memory cgroup oom_kill %d); the container exited %d", oomKills, oomKills, e.Code)
+	}
+	return x
+}
+
+// Stop sends SIGTERM to the container (its init passes it to the
+// launcher), SIGKILL once grace has passed, and waits for `podman run` to
+// end. A container not created yet is waited for until grace passes.
+func (c *podmanContainer) Stop(ctx context.Context, grace time.Duration) (bool, error) {
+	deadline := time.NewTimer(grace)
+	defer deadline.Stop()
+	termed := false
+	for !termed {
+		select {
+		case <-c.done:
+			return false, nil
+		default:
+		}
+		out, err := c.r.podman(ctx, "kill", "--signal", "TERM", c.name)
+		if err == nil {
+			termed = true
+			break
+		}
+		if !notRunning(out) {
+			c.r.logger().Warn("podman kill -s TERM failed", "container", c.name, "err", err, "out", out)
+		}
+		select {
+		case <-c.done:
+			return false, nil
+		case <-deadline.C:
+			return true, c.kill()
+		case <-ctx.Done():
+			return true, c.kill()
+		case <-time.After(100 * time.Millisecond): // not created or not started yet
+		}
+	}
+	select {
+	case <-c.done:
+		return false, nil
+	case <-deadline.C:
+	case <-ctx.Done():
+	}
+	return true, c.kill()
+}
+
+// kill sends SIGKILL to the container (and to the client, should the
+// container not exist) and waits for the client to end.
+func (c *podmanContainer) kill() error {
+	kctx, cancel := context.WithTimeout(context.Background(), spawn.KillWait)
+	defer cancel()
+	if out, err := c.r.podman(kctx, "kill", "--signal", "KILL", c.name); err != nil && !notRunning(out) {
+		c.r.logger().Warn("podman kill -s KILL failed", "container", c.name, "err", err, "out", out)
+	}
+	select {
+	case <-c.done:
+		return nil
+	case <-time.After(spawn.KillWait):
+	}
+	// The client outlived its container's SIGKILL: end it; watch removes
+	// what is left.
+	_ = c.proc.Signal(syscall.SIGKILL)
+	select {
+	case <-c.done:
+		return nil
+	case <-time.After(time.Minute):
+		return errors.New("podman run did not end a minute after SIGKILL of " + c.name)
+	}
+}
+
+// notRunning reports whether podman's output says the container is not
+// there (yet, or any more) or not running (created, not started yet; or
+// ended).
+func notRunning(out string) bool {
+	out = strings.ToLower(out)
+	return strings.Contains(out, "no such container") || strings.Contains(out, "not running") ||
+		strings.Contains(out, "can only kill running containers")
+}

@@ -1,0 +1,218 @@
+package nodeagent
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	k8sv1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/crashloop-harness/crashloop/pkg/spawn"
+)
+
+func TestPodmanRunArgs(t *testing.T) {
+	spec := ContainerSpec{PodNamespace: "default", PodName: "virt-launcher-vm-abcde", PodUID: "u-1", NodeName: "node",
+		Image: "localhost/crashloop/virt-launcher:latest", Args: []string{"--log-level", "info", "/work/p/vmi.yaml"},
+		Dir: "/work/p", ReadOnly: []string{"/images"},
+		Resources: Resources{MemoryLimit: 350 << 20, CPULimitMilli: 1500, CPURequestMilli: 100}}
+	r := &Podman{CacheDir: "/cache", KVM: true}
+	got := strings.Join(r.RunArgs(spec), " ")
+	for _, want := range []string{
+		"run --rm --pull never --runtime runc --init --network none",
+		"--name k8s_compute_virt-launcher-vm-abcde_default_u-1_0",
+		"--label io.kubernetes.pod.uid=u-1", "--label io.kubernetes.pod.name=virt-launcher-vm-abcde",
+		"--label io.kubernetes.pod.namespace=default", "--label io.kubernetes.container.name=compute", "--label dev.crashloop.node=node",
+		"--ulimit nofile=20000:20000 --ulimit nproc=32768:32768",
+		"-v /work/p:/work/p ", "-v /images:/images:ro", "-v /cache:/var/cache/crashloop/qemu-capabilities",
+		"--device /dev/kvm",
+		"--memory 367001600 --memory-swap 367001600", "--cpus 1.5", "--cpu-shares 102",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("podman %s\nlacks %q", got, want)
+		}
+	}
+	if !strings.HasSuffix(got, " localhost/crashloop/virt-launcher:latest --log-level info /work/p/vmi.yaml") {
+		t.Errorf("image and launcher arguments are not last: %s", got)
+	}
+
+	// No limits, no KVM, no cache: none of their flags.
+	bare := strings.Join((&Podman{OCIRuntime: "crun"}).RunArgs(ContainerSpec{Image: "img", Dir: "/d"}), " ")
+	for _, absent := range []string{"--memory", "--cpus", "--cpu-shares", "/dev/kvm", "qemu-capabilities"} {
+		if strings.Contains(bare, absent) {
+			t.Errorf("podman %s has %q", bare, absent)
+		}
+	}
+	if !strings.Contains(bare, "--runtime crun") {
+		t.Errorf("OCIRuntime not used: %s", bare)
+	}
+	if cpuShares(1) != 2 || cpuShares(1000) != 1024 {
+		t.Errorf("cpuShares(1)=%d cpuShares(1000)=%d, want kubelet's 2 and 1024", cpuShares(1), cpuShares(1000))
+	}
+}
+
+func TestComputeResources(t *testing.T) {
+	pod := launcherPod("virt-launcher")
+	pod.Spec.Containers[0].Resources = k8sv1.ResourceRequirements{
+		Limits:   k8sv1.ResourceList{k8sv1.ResourceMemory: resource.MustParse("333Mi"), k8sv1.ResourceCPU: resource.MustParse("2")},
+		Requests: k8sv1.ResourceList{k8sv1.ResourceMemory: resource.MustParse("333Mi"), k8sv1.ResourceCPU: resource.MustParse("100m")},
+	}
+	image, res, err := computeResources(pod)
+	if err != nil || image != "launcher" {
+		t.Fatalf("image %q, %v", image, err)
+	}
+	if want := (Resources{MemoryLimit: 333 << 20, CPULimitMilli: 2000, CPURequestMilli: 100}); res != want {
+		t.Errorf("resources %+v, want %+v", res, want)
+	}
+	pod.Spec.Containers[0].Image = ""
+	if _, _, err := computeResources(pod); err == nil || !strings.Contains(err.Error(), `the "compute" container has no image`) {
+		t.Errorf("no image: %v", err)
+	}
+}
+
+func TestPodmanExit(t *testing.T) {
+	cases := []struct {
+		name     string
+		exit     spawn.Exit
+		started  bool
+		oomKills int
+		code     int
+		reason   string
+	}{
+		{"exit 0", spawn.Exit{Code: 0}, true, 0, 0, ReasonCompleted},
+		{"launcher failed", spawn.Exit{Code: 12}, true, 0, 12, ReasonError},
+		{"QEMU OOM-killed, launcher exited on its own", spawn.Exit{Code: 13}, true, 1, 13, ReasonOOMKilled},
+		{"the container's process OOM-killed", spawn.Exit{Code: 137}, true, 1, 137, ReasonOOMKilled},
+		{"SIGKILL without OOM", spawn.Exit{Code: 137}, true, 0, 137, ReasonError},
+		{"podman failed before the container ran", spawn.Exit{Code: 125}, false, 0, 128, ReasonStartError},
+		{"entrypoint not found", spawn.Exit{Code: 127}, false, 0, 128, ReasonStartError},
+		{"the launcher itself exited 125", spawn.Exit{Code: 125}, true, 0, 125, ReasonError},
+		{"client killed", spawn.Exit{Code: 137, Signal: syscall.SIGKILL}, true, 0, 137, ReasonError},
+		{"client not waited for", spawn.Exit{Code: -1}, true, 0, 128, ReasonError},
+	}
+	for _, c := range cases {
+		got := podmanExit(c.exit, c.started, c.oomKills)
+		if got.Code != c.code || got.Reason != c.reason {
+			t.Errorf("%s: got %d/%s (%s), want %d/%s", c.name, got.Code, got.Reason, got.Message, c.code, c.reason)
+		}
+	}
+	if got := processExit(spawn.Exit{Code: 137, Signal: syscall.SIGKILL}); got.Code != 137 || got.Reason != ReasonError {
+		t.Errorf("process killed: %+v", got)
+	}
+}
+
+func TestOOMCounter(t *testing.T) {
+	v1 := t.TempDir()
+	cg := filepath.Join(v1, "memory", "libpod_parent", "libpod-abc")
+	if err := os.MkdirAll(cg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	file := oomCounterFile(v1, "/libpod_parent/libpod-abc")
+	if file != filepath.Join(cg, "memory.oom_control") {
+		t.Fatalf("v1 file %s", file)
+	}
+	if err := os.WriteFile(file, []byte("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := readOOMKills(file); n != 2 || err != nil {
+		t.Errorf("v1: %d, %v", n, err)
+	}
+	v2 := t.TempDir()
+	if got := oomCounterFile(v2, "/machine.slice/libpod-abc.scope"); got != filepath.Join(v2, "machine.slice", "libpod-abc.scope", "memory.events") {
+		t.Errorf("v2 file %s", got)
+	}
+	bad := filepath.Join(v2, "memory.events")
+	_ = os.WriteFile(bad, []byte("low 0\nhigh 0\nmax 3\noom 1\n"), 0o644)
+	if _, err := readOOMKills(bad); err == nil || !strings.Contains(err.Error(), "no oom_kill line") {
+		t.Errorf("missing line: %v", err)
+	}
+	if _, err := readOOMKills(filepath.Join(v2, "gone")); err == nil {
+		t.Error("a removed cgroup read as 0 kills without an error")
+	}
+}
+
+// fakePodman writes a podman stand-in: "run" prints an event line and
+// waits for a TERM the way `podman run --init` passes it on; "kill"
+// signals the waiting "run" through a file; "container inspect" names a
+// cgroup under root whose counter says one OOM kill.
+func fakePodman(t *testing.T, root string) string {
+	t.Helper()
+	cg := filepath.Join(root, "memory", "fake")
+	if err := os.MkdirAll(cg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cg, "memory.oom_control"), []byte("oom_kill 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	calls := filepath.Join(root, "calls")
+	script := `#!/bin/sh
+echo "$*" >> ` + calls + `
+case "$1" in
+run) echo '{"event":"Scheduled"}'; trap 'echo "{\"event\":\"Succeeded\"}"; exit 0' TERM
+     echo $$ > ` + root + `/run.pid; while :; do sleep 0.05; done ;;
+kill) [ -f ` + root + `/run.pid ] || { echo "Error: no such container $4" >&2; exit 125; }
+     kill -$3 $(cat ` + root + `/run.pid) ;;
+container) echo /fake ;;
+esac
+`
+	p := filepath.Join(root, "podman")
+	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestPodmanStartStop(t *testing.T) {
+	root := t.TempDir()
+	r := &Podman{Path: fakePodman(t, root), CgroupRoot: root, Poll: 10 * time.Millisecond}
+	lines := make(chan string, 10)
+	out := spawn.NewLineWriter(func(b []byte) { lines <- string(b) })
+	c, err := r.Start(context.Background(), ContainerSpec{PodNamespace: "ns", PodName: "p", PodUID: "u", Image: "img",
+		Dir: root, StderrFile: filepath.Join(root, "stderr"), Stdout: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := <-lines; !strings.Contains(got, "Scheduled") {
+		t.Fatalf("first line %q", got)
+	}
+	if c.ID() != "k8s_compute_p_ns_u_0" {
+		t.Errorf("ID %s", c.ID())
+	}
+	// Wait until the OOM follower has read the counter (a real cgroup
+	// goes with its container).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		pc := c.(*podmanContainer)
+		pc.mu.Lock()
+		n := pc.oomKills
+		pc.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the OOM counter was not read")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	killed, err := c.Stop(context.Background(), 10*time.Second)
+	if err != nil || killed {
+		t.Fatalf("Stop: killed %v, %v", killed, err)
+	}
+	<-c.Done()
+	if e := c.Exit(); e.Code != 0 || e.Reason != ReasonOOMKilled {
+		t.Errorf("exit %+v, want 0 and OOMKilled (the counter said 1)", e)
+	}
+	data, _ := os.ReadFile(filepath.Join(root, "calls"))
+	calls := strings.Split(strings.TrimSpace(string(data)), "\n")
+	if !slices.ContainsFunc(calls, func(s string) bool { return s == "kill --signal TERM k8s_compute_p_ns_u_0" }) {
+		t.Errorf("no SIGTERM through podman kill; calls:\n%s", data)
+	}
+	if slices.ContainsFunc(calls, func(s string) bool { return strings.Contains(s, "KILL") }) {
+		t.Errorf("SIGKILL sent to a container that stopped on SIGTERM; calls:\n%s", data)
+	}
+}
