@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"kubevirt.io/client-go/kubecli"
 
+	"github.com/crashloop-harness/crashloop/functests/built"
 	"github.com/crashloop-harness/crashloop/functests/ctlharness"
 	"github.com/crashloop-harness/crashloop/pkg/spawn"
 )
@@ -41,25 +41,15 @@ var (
 	artifacts string
 )
 
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-}
-
 var _ = BeforeSuite(func() {
-	repo := repoRoot()
-	bin := filepath.Join(repo, "_build", "bin")
-	bins = ctlharness.Binaries{
-		Controller: filepath.Join(bin, "virt-controller"),
-		Launcher:   filepath.Join(bin, "virt-launcher"),
-		ImageDir:   filepath.Join(repo, "_build", "images"),
-	}
-	artifacts = filepath.Join(repo, "_build", "artifacts", "cluster")
+	repo := built.Root()
+	var err error
+	bins, err = ctlharness.Built()
+	Expect(err).NotTo(HaveOccurred(), "the cluster lane runs our binaries")
+	artifacts = built.Path("artifacts", "cluster")
 	Expect(os.MkdirAll(artifacts, 0o755)).To(Succeed())
-	for _, p := range []string{bins.Controller, bins.Launcher, filepath.Join(bins.ImageDir, "images.json")} {
-		_, err := os.Stat(p)
-		Expect(err).NotTo(HaveOccurred(), "the cluster lane needs our binaries and the test guest: run `make build images`")
-	}
+	_, err = os.Stat(filepath.Join(bins.ImageDir, "images.json"))
+	Expect(err).NotTo(HaveOccurred(), "the cluster lane boots the test guest: run `make images`")
 
 	kubeconfig := os.Getenv("KUBECONFIG")
 	if kubeconfig == "" {
@@ -67,7 +57,6 @@ var _ = BeforeSuite(func() {
 		lite = startLite(repo)
 		kubeconfig = lite.kubeconfig
 	}
-	var err error
 	client, err = kubecli.GetKubevirtClientFromFlags("", kubeconfig)
 	Expect(err).NotTo(HaveOccurred(), "KUBECONFIG %s gives no client", kubeconfig)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -113,8 +102,8 @@ func tmpEntries() map[string]bool {
 // `make clusterlite KUBEVIRT_VERSION=vX.Y.Z` builds another release into
 // _build/clusterlite/kubevirt-vX.Y.Z/bin.
 func startLite(repo string) *liteStack {
-	liteBin := filepath.Join(repo, "_build", "bin", "clusterlite")
-	binDir := envOr("CLUSTERLITE_BIN_DIR", filepath.Join(repo, "_build", "clusterlite", "bin"))
+	liteBin := filepath.Join(built.BinDir(), "clusterlite")
+	binDir := envOr("CLUSTERLITE_BIN_DIR", built.Path("clusterlite", "bin"))
 	for _, p := range []string{liteBin, filepath.Join(binDir, "kube-apiserver"), filepath.Join(binDir, "virt-controller")} {
 		_, err := os.Stat(p)
 		Expect(err).NotTo(HaveOccurred(), "cluster-lite is not built in %s (CLUSTERLITE_BIN_DIR): run `make clusterlite` "+

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	v1 "kubevirt.io/api/core/v1"
 
+	"github.com/crashloop-harness/crashloop/functests/built"
 	"github.com/crashloop-harness/crashloop/functests/cluster"
 	"github.com/crashloop-harness/crashloop/functests/ctlharness"
 	"github.com/crashloop-harness/crashloop/pkg/vmops"
@@ -290,7 +291,7 @@ var _ = Describe("differential matrix: the same requests on KubeVirt's controlle
 		version := kubevirtVersion(ctx)
 		md := m.markdown(version)
 		fmt.Fprint(GinkgoWriter, md)
-		out := filepath.Join(repoRoot(), "_build", "artifacts", "fidelity.md")
+		out := built.Path("artifacts", "fidelity.md")
 		header := "# Fidelity to KubeVirt " + version + ", observed by the cluster lane\n\n" +
 			"Each row: the same manifest on KubeVirt's virt-controller and virt-api (cluster-lite) and on ours, " +
 			"the same request, compared field by field (startFailure count and UID, printableStatus, whether a VMI exists, " +

@@ -22,8 +22,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	v1 "kubevirt.io/api/core/v1"
 
+	"github.com/crashloop-harness/crashloop/functests/built"
 	"github.com/crashloop-harness/crashloop/functests/cluster"
 	"github.com/crashloop-harness/crashloop/functests/ctlharness"
+	"github.com/crashloop-harness/crashloop/pkg/memcg"
 	"github.com/crashloop-harness/crashloop/pkg/nodeagent"
 	"github.com/crashloop-harness/crashloop/pkg/qemu"
 )
@@ -44,7 +46,7 @@ func laneRuntime() string {
 	if r := os.Getenv("CLUSTER_LANE_LAUNCHER_RUNTIME"); r != "" {
 		return r
 	}
-	if conf := filepath.Join(repoRoot(), "_build", "containers", "storage.conf"); os.Getenv("CONTAINERS_STORAGE_CONF") == "" {
+	if conf := built.Path("containers", "storage.conf"); os.Getenv("CONTAINERS_STORAGE_CONF") == "" {
 		// make image keeps the image in an overlay store of its own when
 		// the user's store is not overlay, and names it in this file.
 		if _, err := os.Stat(conf); err == nil {
@@ -317,40 +319,12 @@ var _ = Describe("launcher pods as containers", Label("containers"), func() {
 	})
 })
 
-// followOOMKills reads the cgroup's oom_kill counter every 10 ms until it
-// is gone (with its container) or ctx ends, and returns the highest
-// count seen.
+// followOOMKills follows the container's OOM-kill counter every 10 ms
+// until it is gone (with its container) or ctx ends, and returns a
+// function giving the highest count seen.
 func followOOMKills(ctx context.Context, path string) func() int {
-	dir := memoryCgroup(path)
-	file := filepath.Join(dir, "memory.oom_control")
-	if _, err := os.Stat(file); err != nil {
-		file = filepath.Join(dir, "memory.events")
-	}
-	var mu sync.Mutex
-	most := 0
-	go func() {
-		for ctx.Err() == nil {
-			data, err := os.ReadFile(file)
-			if err != nil {
-				return
-			}
-			for _, line := range strings.Split(string(data), "\n") {
-				if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
-					if n, err := strconv.Atoi(v); err == nil {
-						mu.Lock()
-						most = max(most, n)
-						mu.Unlock()
-					}
-				}
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}()
-	return func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return most
-	}
+	f := memcg.Follow(ctx, memcg.CounterFile("", path), 10*time.Millisecond)
+	return func() int { n, _ := f.Most(); return n }
 }
 
 // followComputeTermination watches a pod until ctx ends and returns a

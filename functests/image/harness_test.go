@@ -3,6 +3,7 @@ package image_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -21,6 +22,7 @@ import (
 	"github.com/crashloop-harness/crashloop/functests/built"
 	"github.com/crashloop-harness/crashloop/functests/ctlharness"
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
+	"github.com/crashloop-harness/crashloop/pkg/memcg"
 	"github.com/crashloop-harness/crashloop/pkg/qemu"
 )
 
@@ -247,40 +249,11 @@ func final(ev launcherapi.Event) (string, string, int) {
 // the highest oom_kill count seen: the counters go with the cgroup when
 // the container ends, so they are read every 10 ms while it runs.
 func (c *Container) OOMKills() func() int {
-	path := c.Inspect("{{.State.CgroupPath}}")
-	file := filepath.Join("/sys/fs/cgroup", path, "memory.events")
-	if _, err := os.Stat("/sys/fs/cgroup/memory"); err == nil {
-		file = filepath.Join("/sys/fs/cgroup/memory", path, "memory.oom_control")
-	}
+	file := memcg.CounterFile("", c.Inspect("{{.State.CgroupPath}}"))
 	_, err := os.Stat(file)
 	Expect(err).NotTo(HaveOccurred(), "the container's memory cgroup counters")
-	var mu sync.Mutex
-	most := 0
-	go func() {
-		for {
-			select {
-			case <-c.done:
-				return
-			case <-time.After(10 * time.Millisecond):
-			}
-			data, err := os.ReadFile(file)
-			if err != nil {
-				continue
-			}
-			for _, line := range strings.Split(string(data), "\n") {
-				if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
-					if n, err := strconv.Atoi(v); err == nil {
-						mu.Lock()
-						most = max(most, n)
-						mu.Unlock()
-					}
-				}
-			}
-		}
-	}()
-	return func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return most
-	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-c.done; cancel() }()
+	f := memcg.Follow(ctx, file, 10*time.Millisecond)
+	return func() int { n, _ := f.Most(); return n }
 }

@@ -5,15 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/crashloop-harness/crashloop/pkg/memcg"
 	"github.com/crashloop-harness/crashloop/pkg/spawn"
 )
 
@@ -280,7 +279,7 @@ func (c *podmanContainer) followOOM() {
 		c.r.logger().Log(ctx, level, "cannot find the container's cgroup: OOM kills will not be seen", "container", c.name, "err", err, "out", path)
 		return
 	}
-	file := oomCounterFile(c.r.CgroupRoot, path)
+	file := memcg.CounterFile(c.r.CgroupRoot, path)
 	c.mu.Lock()
 	c.cgroup, c.oomFile = path, file
 	c.mu.Unlock()
@@ -308,44 +307,13 @@ func (c *podmanContainer) readOOM() {
 	if file == "" {
 		return
 	}
-	n, err := readOOMKills(file)
+	n, err := memcg.ReadOOMKills(file)
 	if err != nil {
 		return // the cgroup is gone with the container
 	}
 	c.mu.Lock()
 	c.oomKills = max(c.oomKills, n)
 	c.mu.Unlock()
-}
-
-// oomCounterFile is the file that counts OOM kills in the cgroup at path:
-// memory.oom_control in the v1 memory hierarchy when there is one,
-// otherwise memory.events of the unified hierarchy.
-func oomCounterFile(root, path string) string {
-	if root == "" {
-		root = "/sys/fs/cgroup"
-	}
-	if fi, err := os.Stat(filepath.Join(root, "memory")); err == nil && fi.IsDir() {
-		return filepath.Join(root, "memory", path, "memory.oom_control")
-	}
-	return filepath.Join(root, path, "memory.events")
-}
-
-// readOOMKills reads the "oom_kill N" line of a cgroup counter file.
-func readOOMKills(file string) (int, error) {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
-			n, err := strconv.Atoi(strings.TrimSpace(v))
-			if err != nil {
-				return 0, fmt.Errorf("%s: oom_kill %q: %w", file, v, err)
-			}
-			return n, nil
-		}
-	}
-	return 0, fmt.Errorf("%s has no oom_kill line", file)
 }
 
 // watch waits for `podman run` to end and decodes the container's exit.

@@ -106,36 +106,6 @@ func TestPodmanExit(t *testing.T) {
 	}
 }
 
-func TestOOMCounter(t *testing.T) {
-	v1 := t.TempDir()
-	cg := filepath.Join(v1, "memory", "libpod_parent", "libpod-abc")
-	if err := os.MkdirAll(cg, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	file := oomCounterFile(v1, "/libpod_parent/libpod-abc")
-	if file != filepath.Join(cg, "memory.oom_control") {
-		t.Fatalf("v1 file %s", file)
-	}
-	if err := os.WriteFile(file, []byte("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := readOOMKills(file); n != 2 || err != nil {
-		t.Errorf("v1: %d, %v", n, err)
-	}
-	v2 := t.TempDir()
-	if got := oomCounterFile(v2, "/machine.slice/libpod-abc.scope"); got != filepath.Join(v2, "machine.slice", "libpod-abc.scope", "memory.events") {
-		t.Errorf("v2 file %s", got)
-	}
-	bad := filepath.Join(v2, "memory.events")
-	_ = os.WriteFile(bad, []byte("low 0\nhigh 0\nmax 3\noom 1\n"), 0o644)
-	if _, err := readOOMKills(bad); err == nil || !strings.Contains(err.Error(), "no oom_kill line") {
-		t.Errorf("missing line: %v", err)
-	}
-	if _, err := readOOMKills(filepath.Join(v2, "gone")); err == nil {
-		t.Error("a removed cgroup read as 0 kills without an error")
-	}
-}
-
 // fakePodman writes a podman stand-in: "run" prints an event line and
 // waits for a TERM the way `podman run --init` passes it on; "kill"
 // signals the waiting "run" through a file; "container inspect" names a
