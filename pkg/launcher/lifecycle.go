@@ -362,8 +362,16 @@ func (l *launch) checkRunning(ctx context.Context) error {
 }
 
 func (l *launch) stopped(ev hypervisor.Event) Result {
-	if l.stopping {
+	if l.stopping && l.killed != signalName(syscall.SIGKILL) {
 		return stopped("stopped: the guest shut down within the grace period")
+	}
+	if l.stopping {
+		// QEMU was SIGKILLed from outside while the guest was shutting
+		// down (the kernel's OOM killer, say; libvirt's own clean-up after
+		// a guest shutdown sends SIGTERM, and our destroy at the end of the
+		// grace period does not come here): a crash, not a stop, as
+		// virt-handler reports a domain that shut off crashed.
+		return failed(launcherapi.ExitVMCrashed, launcherapi.ReasonVMCrashed, "QEMU was killed by %s while the guest was shutting down (libvirt: stopped, %s)", l.killed, ev.Reason)
 	}
 	switch {
 	case ev.Reason == hypervisor.StopShutdown && l.killed == "":

@@ -346,6 +346,18 @@ func TestGracePeriodGuestStopsWithin(t *testing.T) {
 	}
 }
 
+// QEMU killed from outside (the OOM killer) during the grace period is a
+// crash, not a stop.
+func TestQemuKilledWhileShuttingDown(t *testing.T) {
+	dom := newFakeDomain()
+	r := launchWith(t, dom)
+	r.event(launcherapi.EventRunning)
+	r.stop()
+	r.waitUntil("the power button", func() bool { return dom.called("shutdown") })
+	dom.die(syscall.SIGKILL)
+	r.end(launcherapi.ReasonVMCrashed, launcherapi.ExitVMCrashed, "QEMU was killed by SIGKILL while the guest was shutting down")
+}
+
 func TestGracePeriodExpires(t *testing.T) {
 	dom := newFakeDomain()
 	r := launchWith(t, dom)
