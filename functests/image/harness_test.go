@@ -26,10 +26,6 @@ import (
 	"github.com/crashloop-harness/crashloop/pkg/qemu"
 )
 
-// imageDir is the node's guest images (make images), mounted into every
-// container at the launcher's default --image-dir.
-func imageDir() string { return built.ImageDir() }
-
 // nodeKVM reports whether the node has KVM that runs ordinary guests (the
 // launcher's own rule), so that the container gets /dev/kvm.
 func nodeKVM() bool {
@@ -72,7 +68,7 @@ func runArgs(dir string, kvm bool, extra []string) []string {
 	args := []string{"run", "--rm", "--runtime", "runc", "--init", "--network", "none",
 		"--cidfile", filepath.Join(dir, "cid"),
 		"--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768",
-		"-v", imageDir() + ":/usr/share/crashloop/images:ro",
+		"-v", built.ImageDir() + ":/usr/share/crashloop/images:ro",
 		"-v", dir + "/vmi:/vmi:ro",
 		"-v", dir + "/log:/var/log/crashloop",
 		"-v", capsCache + ":/var/cache/crashloop/qemu-capabilities"}

@@ -46,7 +46,7 @@ var _ = BeforeSuite(func() {
 	}
 	out, err := exec.Command("podman", "image", "inspect", "--format", "{{.Id}}", Image).CombinedOutput()
 	Expect(err).NotTo(HaveOccurred(), "%s is not built: run `make image` first\n%s", Image, out)
-	Expect(fileExists(filepath.Join(imageDir(), "images.json"))).To(BeTrue(), "the test guest is not built: run `make images` first")
+	Expect(fileExists(filepath.Join(built.ImageDir(), "images.json"))).To(BeTrue(), "the test guest is not built: run `make images` first")
 	capsCache, err = os.MkdirTemp("", "cl-image-caps-")
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(os.RemoveAll, capsCache)

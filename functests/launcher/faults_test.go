@@ -202,7 +202,7 @@ var _ = Describe("--simulate-crash", func() {
 
 	crash := func(args ...string) (int, string, time.Duration) {
 		runtime := filepath.Join(dir, "run")
-		cmd := exec.Command(launcherBin(), append([]string{"--runtime-dir", runtime, "--image-dir", built.ImageDir()}, args...)...)
+		cmd := exec.Command(built.Launcher(), append([]string{"--runtime-dir", runtime, "--image-dir", built.ImageDir()}, args...)...)
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
 		start := time.Now()

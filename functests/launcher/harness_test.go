@@ -21,8 +21,6 @@ import (
 	"github.com/crashloop-harness/crashloop/pkg/qemu"
 )
 
-func launcherBin() string { return built.Launcher() }
-
 var vmiTemplate = template.Must(template.New("vmi").Parse(`apiVersion: kubevirt.io/v1
 kind: VirtualMachineInstance
 metadata:
@@ -126,7 +124,7 @@ func Start(spec VMISpec, flags ...string) *Run {
 	args := append([]string{"--image-dir", built.ImageDir(),
 		"--runtime-dir", r.Runtime, "--console-log", r.Console, "--log-level", "debug"}, flags...)
 	args = append(args, manifest)
-	r.cmd = exec.Command(launcherBin(), args...)
+	r.cmd = exec.Command(built.Launcher(), args...)
 	r.cmd.Stderr = r.stderr
 	stdout, err := r.cmd.StdoutPipe()
 	Expect(err).NotTo(HaveOccurred())

@@ -131,7 +131,7 @@ var _ = Describe("bad input", func() {
 			runtime := filepath.Join(dir, "run")
 			full := append([]string{"--image-dir", built.ImageDir(), "--runtime-dir", runtime,
 				"--console-log", filepath.Join(dir, "console.log")}, args()...)
-			cmd := exec.Command(launcherBin(), full...)
+			cmd := exec.Command(built.Launcher(), full...)
 			var stdout, stderr strings.Builder
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			err := cmd.Run()

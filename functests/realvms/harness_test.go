@@ -24,12 +24,8 @@ import (
 // cloudGuestImage is the cloud guest's image reference (make cloud-image).
 const cloudGuestImage = "localhost/crashloop/cloud-guest:latest"
 
-// launcherBin is $LAUNCHER_BIN, else the one make build made.
-func launcherBin() string { return built.Launcher() }
-
-// buildImages is the image folder of `make images` (the test guest);
-// cloudGuestArchive the cloud guest's OCI archive in it.
-func buildImages() string       { return built.ImageDir() }
+// cloudGuestArchive is the cloud guest's OCI archive in the image folder
+// of `make images`.
 func cloudGuestArchive() string { return filepath.Join(built.ImageDir(), "cloud-guest.oci.tar") }
 
 // ociImages is the suite's image folder, whose images.json maps the cloud
@@ -68,9 +64,9 @@ func Start(manifest, namespace, name string, flags ...string) *Launch {
 	Expect(err).NotTo(HaveOccurred())
 	logFile, err := os.Create(filepath.Join(dir, "launcher.log"))
 	Expect(err).NotTo(HaveOccurred())
-	args := append([]string{"--image-dir", buildImages(), "--runtime-dir", l.Runtime, "--console-log", l.Console,
+	args := append([]string{"--image-dir", built.ImageDir(), "--runtime-dir", l.Runtime, "--console-log", l.Console,
 		"--cache-dir", filepath.Join(suiteDir, "cache", "qemu-capabilities"), "--log-level", "debug"}, flags...)
-	l.cmd = exec.Command(launcherBin(), append(args, path)...)
+	l.cmd = exec.Command(built.Launcher(), append(args, path)...)
 	l.cmd.Stdout, l.cmd.Stderr = events, logFile
 	l.started = time.Now()
 	Expect(l.cmd.Start()).To(Succeed())

@@ -16,6 +16,8 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+
+	"github.com/crashloop-harness/crashloop/functests/built"
 )
 
 func TestRealVMs(t *testing.T) {
@@ -29,7 +31,7 @@ func TestRealVMs(t *testing.T) {
 var suiteDir string
 
 var _ = BeforeSuite(func() {
-	for _, p := range []string{launcherBin(), cloudGuestArchive(), filepath.Join(buildImages(), "images.json")} {
+	for _, p := range []string{built.Launcher(), cloudGuestArchive(), filepath.Join(built.ImageDir(), "images.json")} {
 		_, err := os.Stat(p)
 		Expect(err).NotTo(HaveOccurred(), "build first: make build images")
 	}
