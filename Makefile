@@ -65,7 +65,7 @@ cloud-image: deps
 ## build: the binaries, into _build/bin
 build: deps
 	$(GO) build -o $(BIN)/ ./cmd/...
-	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/virt-launcher
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/virt-launcher ./cmd/virt-launcher-convert
 
 ## clusterlite: build etcd, kube-apiserver and KubeVirt's virt-controller/virt-api from Go modules (tools/clusterlite);
 ##   KUBEVIRT_VERSION=vX.Y.Z: another KubeVirt release, into _build/clusterlite/kubevirt-vX.Y.Z/bin;

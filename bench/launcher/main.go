@@ -41,6 +41,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/crashloop-harness/crashloop/pkg/converter"
 	"github.com/crashloop-harness/crashloop/pkg/faults"
 	"github.com/crashloop-harness/crashloop/pkg/kvdefaults"
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
@@ -139,7 +140,7 @@ func run(c config) (*table, error) {
 	if err := os.WriteFile(b.failFastVMI, []byte(vmiYAML("  annotations:\n    "+faults.FailFastAnnotation+": \"true\"\n")), 0o644); err != nil {
 		return nil, err
 	}
-	store, err := qemu.OpenImageStore(c.images)
+	store, err := converter.OpenImageStore(c.images)
 	if err != nil {
 		return nil, fmt.Errorf("image folder %s (make images): %w", c.images, err)
 	}

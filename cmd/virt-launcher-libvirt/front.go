@@ -3,8 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/qemu"
@@ -26,14 +24,4 @@ func forgetDomain(args []string, stderr io.Writer) int {
 		return int(launcherapi.ExitInternal)
 	}
 	return 0
-}
-
-// frontExe is the light front, virt-launcher, next to this binary: it runs
-// the reaper. When it is missing, starting the reaper fails and says so.
-func frontExe() string {
-	exe, err := os.Executable()
-	if err != nil {
-		return "virt-launcher"
-	}
-	return filepath.Join(filepath.Dir(exe), "virt-launcher")
 }

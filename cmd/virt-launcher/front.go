@@ -8,11 +8,13 @@
 // This binary is the light front: pure Go, no cgo, no libvirt. It checks
 // the command line (exit 3), honours --simulate-crash and the fail-fast
 // annotation (a panic, exit 2) and an unreadable manifest (exit 4) without
-// loading libvirt, then execs virt-launcher-libvirt, installed next to it,
-// with the same arguments, in the same process: the runner's PID, signals,
-// stdout and exit code are the libvirt part's. The libvirt part starts
-// this binary again as its reaper (pkg/watchdog), a few MiB instead of a
-// second copy of libvirt.
+// loading libvirt or the KubeVirt types, then execs virt-launcher-convert,
+// installed next to it, with the same arguments, in the same process; that
+// converts the VMI to a domain and execs virt-launcher-libvirt, the only
+// binary that links libvirt, with the plan. The launch's PID, signals,
+// stdout and exit code are the last stage's. The converter starts this
+// binary again as the launch's reaper (pkg/watchdog), a few MiB instead of
+// a second copy of libvirt.
 package main
 
 import (
@@ -32,8 +34,12 @@ import (
 	"github.com/crashloop-harness/crashloop/pkg/watchdog"
 )
 
-// libvirtPart is the binary next to this one that runs the launch.
-const libvirtPart = "virt-launcher-libvirt"
+// Binaries next to this one: the converter runs the launch on, the libvirt
+// part forgets domains of an external libvirt for the reaper.
+const (
+	convertPart = "virt-launcher-convert"
+	libvirtPart = "virt-launcher-libvirt"
+)
 
 func main() {
 	exe, err := os.Executable()
@@ -46,10 +52,10 @@ func main() {
 		log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "reaper")
 		os.Exit(watchdog.Run(os.Stdin, os.Args[2:], forgetVia(part), log))
 	}
-	os.Exit(int(run(os.Args[1:], part, os.Stdin, os.Stderr)))
+	os.Exit(int(run(os.Args[1:], filepath.Join(filepath.Dir(exe), convertPart), os.Stdin, os.Stderr)))
 }
 
-// run checks what the front can check cheaply and execs the libvirt part;
+// run checks what the front can check cheaply and execs the converter;
 // it returns only when the launch ends here.
 func run(argv []string, part string, stdin *os.File, stderr io.Writer) launcherapi.ExitCode {
 	base := launcherapi.DefaultArgs()
@@ -80,9 +86,9 @@ func run(argv []string, part string, stdin *os.File, stderr io.Writer) launchera
 		launcherapi.SimulatedCrash(log, "VMI carries "+faults.FailFastAnnotation)
 	}
 	if args.Manifest == "-" {
-		// The libvirt part reads stdin again: give it what was read.
+		// The converter reads stdin again: give it what was read.
 		if err := replaceStdin(data); err != nil {
-			log.Error("handing stdin to "+libvirtPart, "err", err)
+			log.Error("handing stdin to "+convertPart, "err", err)
 			return launcherapi.ExitInternal
 		}
 	}
@@ -93,7 +99,7 @@ func run(argv []string, part string, stdin *os.File, stderr io.Writer) launchera
 
 // annotations reads only metadata.annotations of a VMI manifest (YAML or
 // JSON), far cheaper than the KubeVirt types. A manifest it cannot read
-// has none here: the libvirt part reports what is wrong with it.
+// has none here: the converter reports what is wrong with it.
 func annotations(data []byte) map[string]string {
 	var meta struct {
 		Metadata struct {

@@ -19,7 +19,7 @@ func Built() (Binaries, error) {
 		Launcher:   built.Launcher(),
 		ImageDir:   built.ImageDir(),
 	}
-	for _, p := range []string{b.Controller, b.Launcher, filepath.Join(filepath.Dir(b.Launcher), "virt-launcher-libvirt")} {
+	for _, p := range []string{b.Controller, b.Launcher, filepath.Join(filepath.Dir(b.Launcher), "virt-launcher-convert"), filepath.Join(filepath.Dir(b.Launcher), "virt-launcher-libvirt")} {
 		if _, err := os.Stat(p); err != nil {
 			return b, fmt.Errorf("the suite runs the built binaries: %w (run `make build`, or set CRASHLOOP_BIN_DIR)", err)
 		}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/crashloop-harness/crashloop/functests/built"
 	"github.com/crashloop-harness/crashloop/functests/ctlharness"
+	"github.com/crashloop-harness/crashloop/pkg/converter"
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/memcg"
 	"github.com/crashloop-harness/crashloop/pkg/qemu"
@@ -29,10 +30,10 @@ import (
 // nodeKVM reports whether the node has KVM that runs ordinary guests (the
 // launcher's own rule), so that the container gets /dev/kvm.
 func nodeKVM() bool {
-	host, err := qemu.ReadHostVirt()
+	host, err := converter.ReadHostVirt()
 	Expect(err).NotTo(HaveOccurred())
-	accel, _ := qemu.ChooseAccel(qemu.AccelAuto, host)
-	return accel == qemu.AccelKVM
+	accel, _ := converter.ChooseAccel(converter.AccelAuto, host)
+	return accel == converter.AccelKVM
 }
 
 // Container is one `podman run` of the launcher image on one VMI.

@@ -28,8 +28,9 @@ mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 label=dev.crashloop.inputs
 
 launcher=$bin_dir/virt-launcher
+convert_part=$bin_dir/virt-launcher-convert
 libvirt_part=$bin_dir/virt-launcher-libvirt
-for b in "$launcher" "$libvirt_part"; do
+for b in "$launcher" "$convert_part" "$libvirt_part"; do
 	[ -x "$b" ] || { echo "build.sh: $b is missing: run make build first" >&2; exit 1; }
 done
 mkdir -p "$build_dir"
@@ -72,7 +73,7 @@ if ! podman image exists "$base"; then
 	echo "made $base in ${SECONDS}s"
 fi
 
-inputs=$( { sha256sum <"$launcher"; sha256sum <"$libvirt_part"; sha256sum <"$here/Containerfile"; sha256sum <"$here/build.sh";
+inputs=$( { sha256sum <"$launcher"; sha256sum <"$convert_part"; sha256sum <"$libvirt_part"; sha256sum <"$here/Containerfile"; sha256sum <"$here/build.sh";
 	podman image inspect --format '{{.Id}}' "$base"; } | sha256sum | cut -c1-64)
 current=$(podman image inspect --format "{{index .Labels \"$label\"}}" "$image" 2>/dev/null || true)
 if [ "$current" = "$inputs" ]; then
@@ -85,6 +86,7 @@ ctx=$(mktemp -d "$build_dir/image-context.XXXXXX")
 trap 'rm -rf "$ctx"' EXIT
 cp "$here/Containerfile" "$ctx/"
 cp "$launcher" "$ctx/virt-launcher"
+cp "$convert_part" "$ctx/virt-launcher-convert"
 cp "$libvirt_part" "$ctx/virt-launcher-libvirt"
 echo "building $image ($label=${inputs:0:12})"
 start=$SECONDS

@@ -1,4 +1,4 @@
-package qemu
+package converter
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	v1 "kubevirt.io/api/core/v1"
 	"libvirt.org/go/libvirtxml"
+
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 )
 
 // fakeOVMF lays out firmware files, so that the test needs no ovmf package.
@@ -172,7 +174,7 @@ func TestConvertRealVMIs(t *testing.T) {
 			}
 			vmi.Spec.Networks = []v1.Network{*v1.DefaultPodNetwork()}
 		}, check: func(t *testing.T, c *Conversion, d *libvirtxml.Domain, scratch string) {
-			wantPorts := []PortForward{
+			wantPorts := []launcherapi.PortForward{
 				{Interface: "default", Name: "http", Protocol: "TCP", GuestPort: 80, HostAddress: "127.0.0.1", HostPort: 20080},
 				{Interface: "default", Protocol: "UDP", GuestPort: 53, HostAddress: "127.0.0.1", HostPort: 20053},
 			}

@@ -1,4 +1,4 @@
-package qemu
+package converter
 
 import (
 	"fmt"
@@ -7,6 +7,8 @@ import (
 
 	v1 "kubevirt.io/api/core/v1"
 	"libvirt.org/go/libvirtxml"
+
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 )
 
 // setInterfaces attaches the pod network, the only network a launcher has:
@@ -17,7 +19,7 @@ import (
 // gets each forwarded from a loopback port on the host (QEMU hostfwd); as
 // libvirt 9.0 has no XML for that with the user-mode back end, such an
 // interface goes onto QEMU's command line.
-func setInterfaces(dom *libvirtxml.Domain, spec *v1.VirtualMachineInstanceSpec, hostPort func(string, int) (int, error)) ([]PortForward, error) {
+func setInterfaces(dom *libvirtxml.Domain, spec *v1.VirtualMachineInstanceSpec, hostPort func(string, int) (int, error)) ([]launcherapi.PortForward, error) {
 	if hostPort == nil {
 		hostPort = freeLoopbackPort
 	}
@@ -26,7 +28,7 @@ func setInterfaces(dom *libvirtxml.Domain, spec *v1.VirtualMachineInstanceSpec, 
 		networks[n.Name] = n
 	}
 	used := map[string]bool{}
-	var forwards []PortForward
+	var forwards []launcherapi.PortForward
 	cmdlineNICs := 0
 	for i, iface := range spec.Domain.Devices.Interfaces {
 		field := fmt.Sprintf("spec.domain.devices.interfaces[%d]", i)
@@ -87,7 +89,7 @@ func setInterfaces(dom *libvirtxml.Domain, spec *v1.VirtualMachineInstanceSpec, 
 			if err != nil {
 				return nil, &SpecError{Field: pf, Msg: fmt.Sprintf("choosing a host port: %v", err)}
 			}
-			forwards = append(forwards, PortForward{Interface: iface.Name, Name: p.Name, Protocol: proto, GuestPort: int(p.Port), HostAddress: "127.0.0.1", HostPort: hp})
+			forwards = append(forwards, launcherapi.PortForward{Interface: iface.Name, Name: p.Name, Protocol: proto, GuestPort: int(p.Port), HostAddress: "127.0.0.1", HostPort: hp})
 			netdev += fmt.Sprintf(",hostfwd=%s:127.0.0.1:%d-:%d", strings.ToLower(proto), hp, p.Port)
 		}
 		// libvirt does not know this device, so it must not pick its PCI

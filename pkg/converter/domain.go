@@ -1,4 +1,4 @@
-package qemu
+package converter
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	v1 "kubevirt.io/api/core/v1"
 	"libvirt.org/go/libvirtxml"
+
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 )
 
 // DomainOptions are the host-side choices that a VMI does not carry.
@@ -37,20 +39,6 @@ type DomainOptions struct {
 	HostPort func(protocol string, guestPort int) (int, error)
 }
 
-// PortForward is a guest port reachable from the host through QEMU's
-// user-mode network: HostAddress:HostPort on the host goes to GuestPort
-// in the guest.
-type PortForward struct {
-	// Interface is the VMI interface name, Name the port's name (may be
-	// empty).
-	Interface, Name string
-	// Protocol is TCP or UDP.
-	Protocol    string
-	GuestPort   int
-	HostAddress string
-	HostPort    int
-}
-
 // Conversion is a VMI turned into a domain, with what the launcher should
 // tell the user about it.
 type Conversion struct {
@@ -59,7 +47,7 @@ type Conversion struct {
 	// as features TCG cannot emulate; the launcher logs each once.
 	Notes []string
 	// Ports are the forwarded guest ports, for the Running event.
-	Ports []PortForward
+	Ports []launcherapi.PortForward
 }
 
 // SpecError is a VMI field the launcher cannot turn into a domain.

@@ -1,0 +1,290 @@
+// Package launchprep is the launcher's converter stage, the process
+// between the light front (cmd/virt-launcher) and the libvirt runner
+// (cmd/virt-launcher-libvirt). It reads the VMI, checks it, applies
+// KubeVirt's defaults, parses its faults, chooses the accelerator, makes
+// the per-VMI folder and the files the domain needs (containerDisks,
+// cloud-init, claims), starts the reaper, converts the VMI to a domain and
+// hands all of it as a launcherapi.RunPlan to the runner, which it execs in
+// the same process. So the process that holds libvirt while the guest
+// runs carries none of the Kubernetes, KubeVirt and container-image code,
+// and the conversion's memory is gone before the guest starts.
+package launchprep
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	v1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/crashloop-harness/crashloop/pkg/containerdisk"
+	"github.com/crashloop-harness/crashloop/pkg/converter"
+	"github.com/crashloop-harness/crashloop/pkg/faults"
+	"github.com/crashloop-harness/crashloop/pkg/kvdefaults"
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
+	"github.com/crashloop-harness/crashloop/pkg/manifest"
+	"github.com/crashloop-harness/crashloop/pkg/watchdog"
+)
+
+// Options are one launch to prepare.
+type Options struct {
+	// Argv is the launcher's command line after the program name.
+	Argv []string
+	// ImageDir is the image folder when --image-dir is not given.
+	ImageDir string
+	// Stdin is read for the manifest "-"; Stderr receives the messages
+	// for bad input and the reaper's log.
+	Stdin  io.Reader
+	Stderr io.Writer
+	// FrontExe is the light front, virt-launcher, which runs the reaper.
+	FrontExe string
+}
+
+// Prepared is a launch ready for the runner: its plan, and the folders and
+// reaper it holds until the runner takes them over.
+type Prepared struct {
+	// Plan is what the runner receives; Exec fills in Reaper.
+	Plan   launcherapi.RunPlan
+	reaper *watchdog.Client
+	log    *slog.Logger
+}
+
+// Prepare does everything of a launch that needs the VMI's types. On
+// success it returns the prepared launch; otherwise the launcher's exit
+// code, after it printed why and removed what it had made. Cancelling ctx
+// (SIGTERM while a containerDisk is extracted) ends it early.
+func Prepare(ctx context.Context, o Options) (*Prepared, launcherapi.ExitCode) {
+	base := launcherapi.DefaultArgs()
+	base.ImageDir = o.ImageDir
+	a, log, code, ok := launcherapi.Begin(o.Argv, base, o.Stderr)
+	if !ok {
+		return nil, code
+	}
+	if a.SimulateCrash {
+		// KubeVirt's semantics: right after flags and logging, before
+		// anything else exists.
+		launcherapi.SimulatedCrash(log, "--simulate-crash given")
+	}
+	data, input, err := manifest.ReadFile(a.Manifest, o.Stdin)
+	if err != nil {
+		fmt.Fprintf(o.Stderr, "virt-launcher: %v\n", err)
+		return nil, launcherapi.ExitInputUnreadable
+	}
+	vmi, doc, err := manifest.Read(data, input)
+	if err != nil {
+		fmt.Fprintf(o.Stderr, "virt-launcher: %v\n", err)
+		return nil, launcherapi.ExitInvalidManifest
+	}
+	if doc.Kind == "VirtualMachine" {
+		log.Info("the manifest is a VirtualMachine: its template runs as one VMI, one attempt", "input", input, "vmi", vmi.Namespace+"/"+vmi.Name, "uid", vmi.UID)
+	}
+	if len(doc.Ignored) > 0 {
+		log.Info("ignored cluster-only fields: "+strings.Join(doc.Ignored, ", "), "input", input)
+	}
+	if faults.WantsSimulatedCrash(vmi.Annotations) {
+		launcherapi.SimulatedCrash(log, "VMI carries "+faults.FailFastAnnotation)
+	}
+	if err := converter.CheckSupported(doc.Raw); err != nil {
+		fmt.Fprintf(o.Stderr, "virt-launcher: %s: %v\n", input, err)
+		return nil, launcherapi.ExitInvalidManifest
+	}
+	// What KubeVirt's API defaulting and mutating webhook add to every VMI
+	// (a disk per volume, buses, machine type, ...), so that the manifest
+	// means here what it means in a cluster; faults then name those disks.
+	kvdefaults.Apply(vmi)
+	plan, err := faults.Parse(vmi.Annotations, a.Faults)
+	if err == nil {
+		err = plan.ValidateDisks(diskNames(vmi))
+	}
+	if err != nil {
+		fmt.Fprintf(o.Stderr, "virt-launcher: %s: %v\n", input, err)
+		if onlyFlagErrors(err) {
+			return nil, launcherapi.ExitUsage
+		}
+		return nil, launcherapi.ExitInvalidManifest
+	}
+	log = log.With("vmi", vmi.Namespace+"/"+vmi.Name)
+	p := &Prepared{log: log, Plan: launcherapi.RunPlan{
+		Argv:               o.Argv,
+		Input:              input,
+		VMI:                launcherapi.PlanVMI{Name: vmi.Name, Namespace: vmi.Namespace, UID: string(vmi.UID)},
+		Annotations:        vmi.Annotations,
+		GracePeriodSeconds: vmi.Spec.TerminationGracePeriodSeconds,
+	}}
+	if code, ok := p.prepare(ctx, a, vmi, o); !ok {
+		p.Abandon()
+		return nil, code
+	}
+	return p, 0
+}
+
+// prepare makes the launch's folders and files, starts the reaper and
+// converts the VMI; on failure the caller abandons what was made.
+func (p *Prepared) prepare(ctx context.Context, a launcherapi.Args, vmi *v1.VirtualMachineInstance, o Options) (launcherapi.ExitCode, bool) {
+	log := p.log
+	usage := func(flag string, err error) (launcherapi.ExitCode, bool) {
+		fmt.Fprintf(o.Stderr, "virt-launcher: %s: %v\n", flag, err)
+		return launcherapi.ExitUsage, false
+	}
+	mode, _ := converter.ParseAccel(a.Accel)
+	host, err := converter.ReadHostVirt()
+	if err != nil && mode == converter.AccelAuto {
+		log.Warn("could not read the host's virtualization support", "err", err)
+	}
+	accel, why := converter.ChooseAccel(mode, host)
+	log.Info("accelerator: "+why, "accel", accel)
+	p.Plan.Accel, p.Plan.AccelReason = string(accel), why
+
+	images, err := converter.OpenImageStore(a.ImageDir)
+	if err != nil {
+		images = nil
+		log.Debug("no image folder", "err", err)
+	} else {
+		// containerDisks from OCI images are extracted once per manifest
+		// digest, beside the QEMU capability cache.
+		cd := containerdisk.Options{Logger: log}
+		if a.CacheDir != "" {
+			cd.CacheDir = filepath.Join(filepath.Dir(a.CacheDir), "containerdisks")
+		}
+		images.UseContainerDisks(cd)
+	}
+	consoleLog := a.ConsoleLog
+	if consoleLog == "" {
+		consoleLog = filepath.Join(launcherapi.DefaultConsoleDir, fmt.Sprintf("%s_%s_%s.console.log", vmi.Namespace, vmi.Name, vmi.UID))
+	}
+	p.Plan.ConsoleLog = consoleLog
+	p.Plan.LibvirtLog = strings.TrimSuffix(consoleLog, ".log") + ".libvirt.log"
+	if err := os.MkdirAll(filepath.Dir(consoleLog), 0o755); err != nil {
+		return usage("--console-log", err)
+	}
+	if err := os.MkdirAll(a.RuntimeDir, 0o755); err != nil {
+		return usage("--runtime-dir", err)
+	}
+	if a.LibvirtURI == "" {
+		root, err := os.MkdirTemp(a.RuntimeDir, "vmi-")
+		if err != nil {
+			return usage("--runtime-dir", err)
+		}
+		p.Plan.Root = root
+		p.Plan.Scratch = filepath.Join(root, "scratch")
+	} else {
+		dir, err := os.MkdirTemp(a.RuntimeDir, "faults-")
+		if err != nil {
+			return usage("--runtime-dir", err)
+		}
+		p.Plan.Scratch, p.Plan.ScratchTemp = dir, true
+	}
+	if !a.DryRun {
+		// The reaper comes before any file of the domain: whatever happens
+		// to this process (or the runner it becomes) from now on, it
+		// removes the per-VMI folder and any QEMU of the domain.
+		p.reaper, err = watchdog.Start(o.FrontExe, watchdog.Target{Domain: converter.DomainName(vmi), Root: p.Plan.Root, URI: a.LibvirtURI}, o.Stderr)
+		if err != nil {
+			log.Error("starting the reaper", "err", err)
+			return launcherapi.ExitInternal, false
+		}
+	}
+	conv, err := converter.Convert(ctx, vmi, converter.DomainOptions{Accel: accel, Images: images, ConsoleLog: consoleLog, ScratchDir: p.Plan.Scratch, ClaimDir: a.ClaimDir})
+	if err != nil {
+		if images == nil {
+			fmt.Fprintf(o.Stderr, "virt-launcher: %s: %v (image folder %s: not readable; build it with `make images` or pass --image-dir)\n", p.Plan.Input, err, a.ImageDir)
+		} else {
+			fmt.Fprintf(o.Stderr, "virt-launcher: %s: %v\n", p.Plan.Input, err)
+		}
+		return launcherapi.ExitInvalidManifest, false
+	}
+	for _, note := range conv.Notes {
+		log.Info(note)
+	}
+	xml, err := conv.Domain.Marshal()
+	if err != nil {
+		log.Error("rendering domain XML", "err", err)
+		return launcherapi.ExitInternal, false
+	}
+	p.Plan.DomainXML, p.Plan.Ports = xml, conv.Ports
+	if a.DryRun {
+		doc, err := yaml.Marshal(vmi)
+		if err != nil {
+			log.Error("rendering the defaulted VMI", "err", err)
+			return launcherapi.ExitInternal, false
+		}
+		p.Plan.DryRunVMI = string(doc)
+	}
+	return 0, true
+}
+
+// Abandon removes what the launch made and tells the reaper that nothing
+// is left, for a launch that ends before the runner takes over.
+func (p *Prepared) Abandon() {
+	for _, dir := range p.Plan.Folders() {
+		if err := os.RemoveAll(dir); err != nil {
+			p.log.Warn("removing per-VMI state", "dir", dir, "err", err)
+		}
+	}
+	if p.reaper != nil {
+		if err := p.reaper.Done(); err != nil {
+			p.log.Warn("stopping reaper", "err", err)
+		}
+		p.reaper = nil
+	}
+}
+
+// Exec hands the launch to the libvirt runner at runner: the plan goes in
+// a memory file, the reaper's pipe stays open, and the runner replaces
+// this program in the same process (PID, signals, stdout, exit code). It
+// returns only when the exec failed, after abandoning the launch.
+func (p *Prepared) Exec(runner string) launcherapi.ExitCode {
+	if p.reaper != nil {
+		fd, err := p.reaper.Handoff()
+		if err != nil {
+			p.log.Error("handing the reaper over", "err", err)
+			p.Abandon()
+			return launcherapi.ExitInternal
+		}
+		p.Plan.Reaper = &launcherapi.PlanReaper{PID: p.reaper.PID(), FD: fd}
+	}
+	f, err := launcherapi.PlanFile(p.Plan)
+	if err != nil {
+		p.log.Error("handing the launch over", "err", err)
+		p.Abandon()
+		return launcherapi.ExitInternal
+	}
+	err = execRunner(runner, f)
+	p.log.Error("running "+filepath.Base(runner), "err", err)
+	f.Close()
+	p.Abandon()
+	return launcherapi.ExitInternal
+}
+
+// onlyFlagErrors tells whether every fault error came from --fault flags
+// (a usage error) rather than from the manifest's annotations.
+func onlyFlagErrors(err error) bool {
+	var list []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		list = j.Unwrap()
+	} else {
+		list = []error{err}
+	}
+	for _, e := range list {
+		var fe *faults.Error
+		if !errors.As(e, &fe) || !strings.HasPrefix(fe.Source, "--fault") {
+			return false
+		}
+	}
+	return true
+}
+
+// diskNames lists the VMI's disk names, for validating disk faults.
+func diskNames(vmi *v1.VirtualMachineInstance) []string {
+	var names []string
+	for _, d := range vmi.Spec.Domain.Devices.Disks {
+		names = append(names, d.Name)
+	}
+	return names
+}
