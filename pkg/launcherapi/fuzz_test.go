@@ -1,6 +1,7 @@
 package launcherapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"testing"
 )
@@ -23,6 +24,25 @@ func FuzzParseEvent(f *testing.F) {
 		}
 		if _, err := ParseEvent(again); err != nil {
 			t.Fatalf("re-encoded event does not parse: %v", err)
+		}
+	})
+}
+
+func FuzzReadPlan(f *testing.F) {
+	f.Add([]byte(`{"argv":["-"],"input":"stdin","vmi":{"name":"v","namespace":"n","uid":"u"},"domainXML":"<domain/>","scratch":"/s","consoleLog":"/c","libvirtLog":"/l","accel":"tcg","accelReason":"r","reaper":{"pid":2,"fd":5}}`))
+	f.Add([]byte(`{"argv":null}`))
+	f.Add([]byte(`[1,2]`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, err := ReadPlan(bytes.NewReader(data))
+		if err != nil {
+			return
+		}
+		again, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ReadPlan(bytes.NewReader(again)); err != nil {
+			t.Fatalf("a re-encoded plan does not read: %v", err)
 		}
 	})
 }
