@@ -205,9 +205,13 @@ func setCPU(dom *libvirtxml.Domain, cpu *v1.CPU, accel Accel) error {
 	if cpu != nil {
 		switch cpu.Model {
 		case "", v1.CPUModeHostModel:
-			// KubeVirt's default. Under KVM the launcher always uses
-			// host-model; TCG does not emulate the host's CPU, so QEMU's
-			// default model stands in for it.
+			// KubeVirt's default. Under KVM the launcher uses host-model.
+			// Under TCG KubeVirt asks for host-model too, which libvirt 9.0
+			// expands to TCG's best model from its capability probe (an
+			// EPYC-based one), not the host's CPU; the launcher leaves the
+			// mode out there, so the guest gets QEMU's qemu64, the same on
+			// every host. libvirt reads the guest CPU back at start either
+			// way (one qom-get per feature, ~250 ms here; see the README).
 		default:
 			return &SpecError{Field: "spec.domain.cpu.model", Msg: fmt.Sprintf("%q is not supported (allowed: host-model, KubeVirt's default)", cpu.Model)}
 		}

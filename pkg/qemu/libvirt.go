@@ -42,6 +42,11 @@ group = "root"
 dynamic_ownership = 0
 remember_owner = 0
 stdio_handler = "file"
+# As KubeVirt's launcher: no per-domain mount namespace (it needs
+# CAP_SYS_ADMIN) and no per-domain cgroups (read-only in a container); the
+# pod or the controller's cgroup confines QEMU. Together they save ~25 ms a start.
+namespaces = [ ]
+cgroup_controllers = [ ]
 `
 
 // capsDir is where the QEMU driver keeps its capability cache under a root.
@@ -54,11 +59,7 @@ func PrepareEmbedRoot(root, cacheDir string) error {
 	if err := os.MkdirAll(filepath.Join(root, "etc"), 0o700); err != nil {
 		return fmt.Errorf("creating libvirt root: %w", err)
 	}
-	confined, err := DetectConfinement()
-	if err != nil {
-		return fmt.Errorf("checking the launcher's privileges: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(root, "etc", "qemu.conf"), []byte(embedQEMUConf+confined.QEMUConf()), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(root, "etc", "qemu.conf"), []byte(embedQEMUConf), 0o600); err != nil {
 		return fmt.Errorf("writing qemu.conf: %w", err)
 	}
 	if cacheDir == "" {
