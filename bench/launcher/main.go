@@ -4,6 +4,10 @@
 //
 //   - the QEMU floor: `qemu-system-x86_64 -S -machine q35 -qmp stdio` exec to the end of
 //     the QMP handshake (nothing can start a domain faster);
+//   - on the same bare QEMU, the guest-CPU read libvirt 9.0 makes at every
+//     start (qom-list of the first vCPU, one qom-get per boolean property,
+//     then unavailable-features, one round trip each), the largest part of
+//     a warm start, shown as its share of the launcher's and virsh's;
 //   - warm launches: exec of virt-launcher to its Running and GuestReady
 //     events, with the capability cache warm, versus `virsh create` of the
 //     same domain XML against a warm libvirt daemon, and raw QEMU booting
@@ -162,6 +166,18 @@ func run(c config) (*table, error) {
 		floor = append(floor, d)
 	}
 
+	// What QEMU takes to answer libvirt 9.0's guest-CPU read, the largest
+	// part of a warm start, on a bare QEMU.
+	var cpuRead sample
+	cpuGets := 0
+	for range c.runs {
+		d, n, err := b.cpuRead()
+		if err != nil {
+			return t, fmt.Errorf("guest-CPU read on raw QEMU: %w", err)
+		}
+		cpuRead, cpuGets = append(cpuRead, d), n
+	}
+
 	// Cold first launches: a fresh capability cache each time, directly
 	// and as PID 1 of a new PID namespace. A first launch fills the cache
 	// of the warm launches.
@@ -230,9 +246,12 @@ func run(c config) (*table, error) {
 
 	t.add("QEMU floor: exec -> QMP handshake done (-S)", "anchor", floor)
 	t.add("virsh create, warm libvirtd, same XML", "anchor", virsh)
+	t.add(fmt.Sprintf("raw QEMU: libvirt 9.0's guest-CPU read (qom-list + %d qom-get), serial", cpuGets), "anchor", cpuRead)
 	t.add("warm: launcher exec -> Running", "", warm)
 	t.ratio("  warm Running / virsh create", "<= 0.5x", warm, virsh)
 	t.ratio("  warm Running / QEMU floor", "<= 5x (moonshot)", warm, floor)
+	t.ratio("  guest-CPU read / warm Running", "share", cpuRead, warm)
+	t.ratio("  guest-CPU read / virsh create", "share", cpuRead, virsh)
 	t.add("cold (fresh --cache-dir): exec -> Running", "<= 5s", cold)
 	t.add("cold as PID 1 (unshare --pid --fork): exec -> Running", "<= 5s", coldPID1)
 	t.add("raw QEMU exec -> ready marker on serial", "anchor", raw)
