@@ -36,10 +36,9 @@ type RunPlan struct {
 	// Root is the embedded libvirt's per-VMI folder, which the runner owns
 	// and removes at the end; empty with an external libvirt.
 	Root string `json:"root,omitempty"`
-	// Scratch holds fault files: inside Root, or, with an external libvirt,
-	// a temporary folder of its own (ScratchTemp) that the runner removes.
-	Scratch     string `json:"scratch"`
-	ScratchTemp bool   `json:"scratchTemp,omitempty"`
+	// Scratch holds fault files: inside Root, or, with an external libvirt
+	// (no Root), a temporary folder of its own that the runner removes.
+	Scratch string `json:"scratch"`
 	// ConsoleLog is the guest's serial console file, LibvirtLog libvirt's
 	// own log beside it.
 	ConsoleLog string `json:"consoleLog"`
@@ -119,14 +118,14 @@ func ReadPlan(r io.Reader) (RunPlan, error) {
 }
 
 // Folders are the per-launch folders that whoever holds the plan removes
-// when the launch ends: the embedded root and a scratch folder of its own.
+// when the launch ends: the embedded root (Scratch is inside it), or else
+// the scratch folder of its own.
 func (p RunPlan) Folders() []string {
-	var dirs []string
-	if p.Root != "" {
-		dirs = append(dirs, p.Root)
+	switch {
+	case p.Root != "":
+		return []string{p.Root}
+	case p.Scratch != "":
+		return []string{p.Scratch}
 	}
-	if p.ScratchTemp && p.Scratch != "" {
-		dirs = append(dirs, p.Scratch)
-	}
-	return dirs
+	return nil
 }

@@ -55,7 +55,7 @@ func TestPlanFolders(t *testing.T) {
 		want []string
 	}{
 		{"embedded", RunPlan{Root: "/r", Scratch: "/r/scratch"}, []string{"/r"}},
-		{"external libvirt", RunPlan{Scratch: "/run/faults-1", ScratchTemp: true}, []string{"/run/faults-1"}},
+		{"external libvirt", RunPlan{Scratch: "/run/faults-1"}, []string{"/run/faults-1"}},
 		{"nothing made", RunPlan{}, nil},
 	} {
 		if diff := cmp.Diff(c.want, c.p.Folders()); diff != "" {

@@ -178,7 +178,7 @@ func (p *Prepared) prepare(ctx context.Context, a launcherapi.Args, vmi *v1.Virt
 		if err != nil {
 			return usage("--runtime-dir", err)
 		}
-		p.Plan.Scratch, p.Plan.ScratchTemp = dir, true
+		p.Plan.Scratch = dir
 	}
 	if !a.DryRun {
 		// The reaper comes before any file of the domain: whatever happens
