@@ -7,18 +7,21 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 )
 
-// Accel is the accelerator a domain runs under.
+// Accel is the accelerator a domain runs under; its values are --accel's
+// (launcherapi.AccelKVM, AccelTCG, AccelAuto).
 type Accel string
 
 const (
 	// AccelKVM runs the guest with hardware virtualization (libvirt domain type "kvm").
-	AccelKVM Accel = "kvm"
+	AccelKVM Accel = launcherapi.AccelKVM
 	// AccelTCG runs the guest under QEMU's software emulator (libvirt domain type "qemu").
-	AccelTCG Accel = "tcg"
+	AccelTCG Accel = launcherapi.AccelTCG
 	// AccelAuto picks KVM when the host really offers it and TCG otherwise.
-	AccelAuto Accel = "auto"
+	AccelAuto Accel = launcherapi.AccelAuto
 )
 
 // DomainType is the libvirt <domain type=...> value for the accelerator.
