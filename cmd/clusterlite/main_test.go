@@ -43,4 +43,3 @@ func TestRunExitCodes(t *testing.T) {
 		}
 	}
 }
-

@@ -40,4 +40,3 @@ func (cp *ControlPlane) PIDs() []int {
 	}
 	return pids
 }
-
