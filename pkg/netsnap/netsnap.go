@@ -1,6 +1,7 @@
 // Package netsnap takes a snapshot of this process's network namespace's
 // configuration, as text two snapshots can be compared by: its addresses
-// (`ip -o addr`), IPv4 and IPv6 routes of every table, policy rules, and
+// (`ip -o addr`), IPv4 and IPv6 routes of every table, policy rules, the
+// named network namespaces (`ip netns list`), and
 // the nftables and iptables rule sets where the tools are installed.
 // Counters, address lifetimes and timestamps, which change by themselves,
 // are left out. The suites take one before, during and after cluster-lite
@@ -29,6 +30,7 @@ var commands = []command{
 	{args: []string{"ip", "-6", "route", "show", "table", "all"}},
 	{args: []string{"ip", "-4", "rule"}},
 	{args: []string{"ip", "-6", "rule"}},
+	{args: []string{"ip", "netns", "list"}},
 	{args: []string{"nft", "list", "ruleset"}, optional: true},
 	{args: []string{"iptables-save"}, optional: true},
 	{args: []string{"ip6tables-save"}, optional: true},
