@@ -194,49 +194,14 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if cp.spawner, err = spawn.NewInNetNS(); err != nil {
-		return err
-	}
-	if err := cp.inNetNS(ctx, "ip", "link", "set", "lo", "up"); err != nil {
-		return err
-	}
-	// The host's side of the forward picks the port: the namespace's
-	// loopback has every port free.
-	hostL, err := net.Listen("tcp", "127.0.0.1:0")
+	securePort, err := cp.makeNetNS(ctx)
 	if err != nil {
-		return fmt.Errorf("listen for the API server's forward: %w", err)
+		return err
 	}
-	securePort := hostL.Addr().(*net.TCPAddr).Port
 	cp.server = "https://127.0.0.1:" + strconv.Itoa(securePort)
-	inside := net.JoinHostPort("127.0.0.1", strconv.Itoa(securePort))
-	cp.forward = startForwarder(hostL, func(ctx context.Context) (net.Conn, error) {
-		return cp.spawner.DialContext(ctx, "tcp", inside)
-	}, cp.log)
-	cp.etcdURL = "http://127.0.0.1:" + strconv.Itoa(etcdClientPort)
-	peerURL := "http://127.0.0.1:" + strconv.Itoa(etcdPeerPort)
-
-	cp.etcd, err = startChild(cp.spawner, cp.log, "etcd", filepath.Join(cp.cfg.BinDir, EtcdBinary), []string{
-		"--name=clusterlite",
-		"--data-dir=" + dirs["etcd"],
-		"--listen-client-urls=" + cp.etcdURL,
-		"--advertise-client-urls=" + cp.etcdURL,
-		"--listen-peer-urls=" + peerURL,
-		"--initial-advertise-peer-urls=" + peerURL,
-		"--initial-cluster=clusterlite=" + peerURL,
-		// A throw-away cluster: losing the last writes on a host crash is
-		// fine, and fsync dominates etcd latency on a busy disk.
-		"--unsafe-no-fsync",
-	}, cp.cfg.StateDir, filepath.Join(dirs["logs"], "etcd.log"))
-	if err != nil {
+	if err := cp.startEtcd(ctx, dirs["etcd"], dirs["logs"]); err != nil {
 		return err
 	}
-	etcdBegin := time.Now()
-	etcdClient := &http.Client{Transport: &http.Transport{DialContext: cp.spawner.DialContext}}
-	defer etcdClient.CloseIdleConnections()
-	if err := waitReady(ctx, cp.etcd, etcdClient, cp.etcdURL+"/health", "", etcdHealthy); err != nil {
-		return err
-	}
-	cp.etcd.log.Info("ready", "after", time.Since(etcdBegin).Round(time.Millisecond))
 
 	args := []string{
 		"--etcd-servers=" + cp.etcdURL,
@@ -298,6 +263,38 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// startEtcd starts etcd on the namespace's loopback and waits until it
+// reports healthy.
+func (cp *ControlPlane) startEtcd(ctx context.Context, dataDir, logDir string) error {
+	cp.etcdURL = "http://127.0.0.1:" + strconv.Itoa(etcdClientPort)
+	peerURL := "http://127.0.0.1:" + strconv.Itoa(etcdPeerPort)
+
+	var err error
+	cp.etcd, err = startChild(cp.spawner, cp.log, "etcd", filepath.Join(cp.cfg.BinDir, EtcdBinary), []string{
+		"--name=clusterlite",
+		"--data-dir=" + dataDir,
+		"--listen-client-urls=" + cp.etcdURL,
+		"--advertise-client-urls=" + cp.etcdURL,
+		"--listen-peer-urls=" + peerURL,
+		"--initial-advertise-peer-urls=" + peerURL,
+		"--initial-cluster=clusterlite=" + peerURL,
+		// A throw-away cluster: losing the last writes on a host crash is
+		// fine, and fsync dominates etcd latency on a busy disk.
+		"--unsafe-no-fsync",
+	}, cp.cfg.StateDir, filepath.Join(logDir, "etcd.log"))
+	if err != nil {
+		return err
+	}
+	etcdBegin := time.Now()
+	etcdClient := &http.Client{Transport: &http.Transport{DialContext: cp.spawner.DialContext}}
+	defer etcdClient.CloseIdleConnections()
+	if err := waitReady(ctx, cp.etcd, etcdClient, cp.etcdURL+"/health", "", etcdHealthy); err != nil {
+		return err
+	}
+	cp.etcd.log.Info("ready", "after", time.Since(etcdBegin).Round(time.Millisecond))
 	return nil
 }
 

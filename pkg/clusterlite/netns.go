@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -17,6 +18,30 @@ import (
 // Endpoints accept (not loopback) goes on that namespace's lo, never on the
 // host's, and the host reaches the API server only through a forward on its
 // own 127.0.0.1.
+
+// makeNetNS creates the namespace (the spawner's), brings its lo up, and
+// starts the forward from a free port of the host's 127.0.0.1 to the same
+// port inside, which it returns for the API server: the namespace's
+// loopback has every port free.
+func (cp *ControlPlane) makeNetNS(ctx context.Context) (int, error) {
+	var err error
+	if cp.spawner, err = spawn.NewInNetNS(); err != nil {
+		return 0, err
+	}
+	if err := cp.inNetNS(ctx, "ip", "link", "set", "lo", "up"); err != nil {
+		return 0, err
+	}
+	hostL, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("listen for the API server's forward: %w", err)
+	}
+	port := hostL.Addr().(*net.TCPAddr).Port
+	inside := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	cp.forward = startForwarder(hostL, func(ctx context.Context) (net.Conn, error) {
+		return cp.spawner.DialContext(ctx, "tcp", inside)
+	}, cp.log)
+	return port, nil
+}
 
 // NetNSPath is the file of the control plane's network namespace, valid
 // while it runs: `nsenter --net=PATH` enters it.
