@@ -73,7 +73,7 @@ build: deps
 clusterlite: deps
 	KUBEVIRT_VERSION='$(KUBEVIRT_VERSION)' KUBEVIRT_SRC='$(KUBEVIRT_SRC)' tools/clusterlite/build.sh $(CLUSTERLITE_BIN)
 
-## cluster-up: a one-node KubeVirt on loopback in the foreground (Ctrl-C tears it down); prints KUBECONFIG=
+## cluster-up: a one-node KubeVirt in a network namespace of its own, in the foreground (Ctrl-C tears it down); prints NETNS= (nsenter --net=) and KUBECONFIG=
 cluster-up: build images clusterlite
 	$(BIN)/clusterlite up
 
