@@ -107,8 +107,12 @@ func watchKubeVirt(ctx context.Context, kv kubecli.KubevirtClient, ns string) (*
 			WatchFunc: func(lo metav1.ListOptions) (watch.Interface, error) { return kv.VirtualMachine(ns).Watch(ctx, lo) },
 		}, &v1.VirtualMachine{}, 0, cache.Indexers{}),
 		cache.NewSharedIndexInformer(&cache.ListWatch{
-			ListFunc:  func(lo metav1.ListOptions) (runtime.Object, error) { return kv.VirtualMachineInstance(ns).List(ctx, lo) },
-			WatchFunc: func(lo metav1.ListOptions) (watch.Interface, error) { return kv.VirtualMachineInstance(ns).Watch(ctx, lo) },
+			ListFunc: func(lo metav1.ListOptions) (runtime.Object, error) {
+				return kv.VirtualMachineInstance(ns).List(ctx, lo)
+			},
+			WatchFunc: func(lo metav1.ListOptions) (watch.Interface, error) {
+				return kv.VirtualMachineInstance(ns).Watch(ctx, lo)
+			},
 		}, &v1.VirtualMachineInstance{}, 0, cache.Indexers{}),
 		cache.NewSharedIndexInformer(&cache.ListWatch{
 			ListFunc:  func(lo metav1.ListOptions) (runtime.Object, error) { return kv.CoreV1().Pods(ns).List(ctx, lo) },

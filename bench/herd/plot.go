@@ -149,4 +149,6 @@ func niceCeil(v float64) float64 {
 	return 10 * p
 }
 
-func trim(v float64) string { return strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%.2f", v), "0"), ".") }
+func trim(v float64) string {
+	return strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%.2f", v), "0"), ".")
+}
