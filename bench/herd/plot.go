@@ -6,6 +6,8 @@ import (
 	"math"
 	"sort"
 	"strings"
+
+	"github.com/crashloop-harness/crashloop/pkg/timeline"
 )
 
 // series is one line of a panel: y against the herd's size.
@@ -85,7 +87,7 @@ func drawPanel(b *strings.Builder, x0 float64, p panel) {
 		}
 	}
 	xs = uniq(xs)
-	ymax = niceCeil(ymax)
+	ymax = timeline.NiceCeil(ymax)
 	plotW, plotH := panelW-marginL-20, panelH-marginT-marginB
 	px := func(i int) float64 { // points evenly spaced by the order of N
 		if len(xs) < 2 {
@@ -99,11 +101,11 @@ func drawPanel(b *strings.Builder, x0 float64, p panel) {
 	fmt.Fprintf(b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="black"/>`+"\n", x0+marginL, marginT+plotH, x0+marginL+plotW, marginT+plotH)
 	for k := 0; k <= 4; k++ {
 		y := ymax * float64(k) / 4
-		fmt.Fprintf(b, `<text x="%.0f" y="%.0f" text-anchor="end">%s</text>`+"\n", x0+marginL-4, py(y)+4, trim(y))
+		fmt.Fprintf(b, `<text x="%.0f" y="%.0f" text-anchor="end">%s</text>`+"\n", x0+marginL-4, py(y)+4, timeline.TrimFloat(y))
 	}
 	fmt.Fprintf(b, `<text x="%.0f" y="%.0f" transform="rotate(-90 %.0f %.0f)">%s</text>`+"\n", x0+14, marginT+plotH/2, x0+14, marginT+plotH/2, p.YLabel)
 	for i, x := range xs {
-		fmt.Fprintf(b, `<text x="%.0f" y="%.0f" text-anchor="middle">%s</text>`+"\n", px(i), marginT+plotH+14, trim(x))
+		fmt.Fprintf(b, `<text x="%.0f" y="%.0f" text-anchor="middle">%s</text>`+"\n", px(i), marginT+plotH+14, timeline.TrimFloat(x))
 	}
 	fmt.Fprintf(b, `<text x="%.0f" y="%.0f" text-anchor="middle">VMs in the herd</text>`+"\n", x0+marginL+plotW/2, marginT+plotH+30)
 	for si, s := range p.Series {
@@ -133,22 +135,4 @@ func uniq(xs []float64) []float64 {
 		}
 	}
 	return out
-}
-
-// niceCeil rounds v up to 1, 2 or 5 times a power of ten (1 for v <= 0).
-func niceCeil(v float64) float64 {
-	if v <= 0 {
-		return 1
-	}
-	p := math.Pow(10, math.Floor(math.Log10(v)))
-	for _, m := range []float64{1, 2, 5, 10} {
-		if v <= m*p {
-			return m * p
-		}
-	}
-	return 10 * p
-}
-
-func trim(v float64) string {
-	return strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%.2f", v), "0"), ".")
 }

@@ -34,7 +34,7 @@ func (t *Timeline) WriteSVG(w io.Writer) error {
 	if maxY == 0 {
 		maxY = 1
 	}
-	maxY = niceCeil(maxY * 1.05)
+	maxY = NiceCeil(maxY * 1.05)
 	plotW, plotH := width-left-right, height-top-bottom
 	x := func(count float64) float64 { return left + (count-0.5)/float64(maxCount)*plotW }
 	y := func(sec float64) float64 { return top + plotH - sec/maxY*plotH }
@@ -58,7 +58,7 @@ func (t *Timeline) WriteSVG(w io.Writer) error {
 	for i := 0; i <= 5; i++ {
 		v := maxY * float64(i) / 5
 		fmt.Fprintf(&b, `<line x1="%g" y1="%.1f" x2="%g" y2="%.1f" stroke="#ddd"/>`+"\n", left, y(v), left+plotW, y(v))
-		fmt.Fprintf(&b, `<text x="%g" y="%.1f" text-anchor="end">%s</text>`+"\n", left-6, y(v)+4, trimFloat(v))
+		fmt.Fprintf(&b, `<text x="%g" y="%.1f" text-anchor="end">%s</text>`+"\n", left-6, y(v)+4, TrimFloat(v))
 	}
 	for c := 1; c <= maxCount; c++ {
 		fmt.Fprintf(&b, `<text x="%.1f" y="%g" text-anchor="middle">%d</text>`+"\n", x(float64(c)), top+plotH+18, c)
@@ -83,7 +83,7 @@ func (t *Timeline) WriteSVG(w io.Writer) error {
 	for _, c := range counts {
 		lo, hi := bands[c][0], bands[c][1]
 		fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#cfe3ff" stroke="#6a9bd8"><title>count %d: %ss to %ss</title></rect>`+"\n",
-			x(float64(c))-slot*0.35, y(hi), slot*0.7, math.Max(y(lo)-y(hi), 1), c, trimFloat(lo), trimFloat(hi))
+			x(float64(c))-slot*0.35, y(hi), slot*0.7, math.Max(y(lo)-y(hi), 1), c, TrimFloat(lo), TrimFloat(hi))
 	}
 
 	// Marks, spread across the slot so a herd stays readable.
@@ -125,14 +125,17 @@ func (t *Timeline) WriteSVG(w io.Writer) error {
 
 func round(d time.Duration) string { return d.Round(time.Millisecond).String() }
 
-func trimFloat(v float64) string {
+// TrimFloat formats v with at most two decimals and no trailing zeros,
+// for axis labels.
+func TrimFloat(v float64) string {
 	s := fmt.Sprintf("%.2f", v)
 	s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
 	return s
 }
 
-// niceCeil rounds v up to 1, 2 or 5 times a power of ten.
-func niceCeil(v float64) float64 {
+// NiceCeil rounds v up to 1, 2 or 5 times a power of ten (1 for v <= 0),
+// for the top of an axis.
+func NiceCeil(v float64) float64 {
 	if v <= 0 {
 		return 1
 	}
