@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -149,5 +151,21 @@ func TestParseFlags(t *testing.T) {
 	o, err := parseFlags([]string{"-vms", "50,100 200"})
 	if err != nil || len(o.vms) != 3 || o.vms[2] != 200 {
 		t.Errorf("parseFlags: %+v, %v", o.vms, err)
+	}
+}
+
+func TestSaveResultAddsUp(t *testing.T) {
+	o := options{scenario: "herd", out: t.TempDir()}
+	for _, r := range []result{{Controller: "kubevirt", VMs: 50, Duration: time.Minute, Requests: 12.5}, {Controller: "ours", VMs: 100, Duration: time.Minute}} {
+		if err := saveResult(o, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, err := os.ReadFile(filepath.Join(o.out, "herd.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), "| 50 | kubevirt |") || !strings.Contains(string(data), "| 100 | ours |") || !strings.Contains(string(data), "12.50") {
+		t.Errorf("herd.md does not hold both runs:\n%s", data)
 	}
 }

@@ -26,6 +26,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -133,7 +134,7 @@ func run(ctx context.Context, log *slog.Logger, o options) error {
 					return fmt.Errorf("%s, %d VMs: %w", c, n, err)
 				}
 				rs = append(rs, r)
-				if err := writeOutputs(o, rs); err != nil {
+				if err := saveResult(o, r); err != nil {
 					return err
 				}
 			}
@@ -167,6 +168,41 @@ func runOne(ctx context.Context, log *slog.Logger, b bins, o options, sc scenari
 	}
 	log.Info("run done", "controller", r.Controller, "vms", n, "wall", time.Since(begin).Round(time.Second), "retries", len(r.Retries), "err", err)
 	return r, err
+}
+
+// saveResult keeps r as JSON in -out/results (a later run of the same
+// scenario, controller and size replaces it) and rewrites the table and
+// plot from every result kept there, so runs made one at a time add up.
+func saveResult(o options, r result) error {
+	dir := filepath.Join(o.out, "results")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	data, err := json.MarshalIndent(r, "", " ")
+	if err != nil {
+		return err
+	}
+	name := fmt.Sprintf("%s-%s-%d.json", o.scenario, strings.ReplaceAll(strings.ReplaceAll(r.Controller, ",", ""), " ", "-"), r.VMs)
+	if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+		return err
+	}
+	files, err := filepath.Glob(filepath.Join(dir, o.scenario+"-*.json"))
+	if err != nil {
+		return err
+	}
+	var rs []result
+	for _, f := range files {
+		var r result
+		data, err := os.ReadFile(f)
+		if err == nil {
+			err = json.Unmarshal(data, &r)
+		}
+		if err != nil {
+			return fmt.Errorf("reading result %s: %w", f, err)
+		}
+		rs = append(rs, r)
+	}
+	return writeOutputs(o, rs)
 }
 
 // writeOutputs rewrites the table (and the herd's plot).
