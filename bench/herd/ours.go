@@ -51,6 +51,7 @@ func runOurs(ctx context.Context, b bins, work string, sc scenario, n int, d, ru
 	if runningWithin > 0 {
 		args = append(args, "--count-running-failures-within", runningWithin.String())
 	}
+	clock := watchClock()
 	start := time.Now()
 	p, err := spawn.Start(spawn.Spec{Path: b.controller, Args: append(args, manifest),
 		StdoutFile: events, StderrFile: filepath.Join(work, "controller.log"), Truncate: true})
@@ -61,11 +62,13 @@ func runOurs(ctx context.Context, b bins, work string, sc scenario, n int, d, ru
 	cpu0 := sampleCPU(comps)
 	select {
 	case <-p.Done():
+		clock.close()
 		return r, fmt.Errorf("our virt-controller exited early (%v); see %s", p.Exit(), filepath.Join(work, "controller.log"))
 	case <-time.After(d):
 	case <-ctx.Done():
 	}
 	end := time.Now()
+	r.ClockSteps = clock.close()
 	cpu1 := sampleCPU(comps)
 	n0 := saves.n.Load()
 	st, err := p.Stop(context.Background(), 2*time.Minute)

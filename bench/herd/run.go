@@ -57,6 +57,9 @@ type result struct {
 	Writes          float64
 	EtcdGrowthBytes float64
 	CPU             []cpuDelta
+	// ClockSteps are the wall clock's jumps against the monotonic clock
+	// during the run (the machine paused); lateness includes them.
+	ClockSteps []time.Duration
 }
 
 // finish derives the summary fields from the retries.
@@ -106,6 +109,7 @@ func runKubeVirt(ctx context.Context, log *slog.Logger, b bins, work string, sc 
 		return r, err
 	}
 	cpu0 := sampleCPU(comps)
+	clock := watchClock()
 	start := time.Now()
 	if err := createVMs(ctx, kv, sc, n); err != nil {
 		return r, err
@@ -115,6 +119,7 @@ func runKubeVirt(ctx context.Context, log *slog.Logger, b bins, work string, sc 
 		return r, err
 	}
 	end := time.Now()
+	r.ClockSteps = clock.close()
 	cpu1 := sampleCPU(comps)
 	after, err := scrape(ctx, kv, l)
 	if err != nil {
