@@ -144,15 +144,21 @@ func requestRates(before, after map[string]float64, seconds float64) []rate {
 	return out
 }
 
-// writeVerbs are the verbs that change state.
-var writeVerbs = map[string]bool{"POST": true, "PUT": true, "PATCH": true, "DELETE": true, "DELETECOLLECTION": true}
+// isWrite reports whether an API verb changes state.
+func isWrite(verb string) bool {
+	switch verb {
+	case "POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION":
+		return true
+	}
+	return false
+}
 
 // totals sums rates into all requests and writes per second.
 func totals(rs []rate) (all, writes float64) {
 	for _, r := range rs {
 		all += r.PerSec
 		verb, _, _ := strings.Cut(r.Key, " ")
-		if writeVerbs[verb] {
+		if isWrite(verb) {
 			writes += r.PerSec
 		}
 	}
