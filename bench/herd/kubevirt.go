@@ -30,20 +30,25 @@ type kvObserver struct {
 	crashLoop bool
 }
 
+// seenVMI is a VMI and when the watch delivered it.
 type seenVMI struct {
 	UID  string
 	Seen time.Time
 }
 
+// plan is a retry KubeVirt announced: the count after the failure and
+// retryAfterTimestamp.
 type plan struct {
 	Count int
 	At    time.Time
 }
 
+// newKVObserver returns an observer with nothing seen yet.
 func newKVObserver() *kvObserver {
 	return &kvObserver{vmis: map[string][]seenVMI{}, plans: map[string]map[string]plan{}, pods: map[string]time.Time{}}
 }
 
+// vm records a VM's retry plan (once per failed VMI) and its printable status.
 func (o *kvObserver) vm(obj any) {
 	vm, ok := obj.(*v1.VirtualMachine)
 	if !ok {
@@ -68,6 +73,7 @@ func (o *kvObserver) vm(obj any) {
 	}
 }
 
+// vmi records a VMI the first time it is seen.
 func (o *kvObserver) vmi(obj any) {
 	vmi, ok := obj.(*v1.VirtualMachineInstance)
 	if !ok {
@@ -84,6 +90,7 @@ func (o *kvObserver) vmi(obj any) {
 	o.vmis[vmi.Name] = append(o.vmis[vmi.Name], seenVMI{UID: string(vmi.UID), Seen: now})
 }
 
+// pod records a pod the first time it is seen.
 func (o *kvObserver) pod(obj any) {
 	if p, ok := obj.(*corev1.Pod); ok {
 		o.mu.Lock()
@@ -156,6 +163,7 @@ func (o *kvObserver) retries(end time.Time) (rs []retry, pending, failures, maxC
 	return rs, pending, failures, maxCount
 }
 
+// indexOf is the position of the VMI uid in s, or -1.
 func indexOf(s []seenVMI, uid string) int {
 	for i, v := range s {
 		if v.UID == uid {

@@ -66,6 +66,7 @@ func main() {
 	}
 }
 
+// parseFlags reads and checks the command line.
 func parseFlags(args []string) (options, error) {
 	var o options
 	var vms, ctls string

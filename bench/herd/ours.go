@@ -157,6 +157,7 @@ func countSaves(dir string) (*saveCounter, error) {
 	return c, nil
 }
 
+// read counts until the inotify file is closed.
 func (c *saveCounter) read() {
 	buf := make([]byte, 64<<10)
 	for {
@@ -183,4 +184,5 @@ func countSwapCloses(buf []byte) int {
 	return n
 }
 
+// close stops the count.
 func (c *saveCounter) close() { _ = c.f.Close() }

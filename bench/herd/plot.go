@@ -126,6 +126,7 @@ func drawPanel(b *strings.Builder, x0 float64, p panel) {
 	}
 }
 
+// uniq sorts xs and drops repeats.
 func uniq(xs []float64) []float64 {
 	sort.Float64s(xs)
 	var out []float64

@@ -92,6 +92,7 @@ func writeStormTable(w io.Writer, rs []result) {
 	}
 }
 
+// sortResults orders runs by herd size, then controller.
 func sortResults(rs []result) {
 	sort.SliceStable(rs, func(i, j int) bool {
 		if rs[i].VMs != rs[j].VMs {
