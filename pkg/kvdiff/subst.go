@@ -1,0 +1,135 @@
+package kvdiff
+
+import (
+	"strconv"
+	"strings"
+)
+
+// A Rule rewrites both domains before they are compared. Normalizations
+// remove spellings that mean the same to libvirt; substitutions remove what
+// one machine does differently from a KubeVirt node on purpose. Each says
+// why, and the differential lists which rules it applied.
+type Rule struct {
+	Name string
+	Why  string
+	// Apply rewrites KubeVirt's domain (kv) and ours in place.
+	Apply func(kv, ours *Node)
+}
+
+// Rules are the written list of normalizations and one-machine
+// substitutions, in the order they are applied.
+func Rules() []Rule {
+	return []Rule{
+		{"memory-unit", "normalization: KubeVirt writes memory in bytes, we write KiB; both are read as the same size",
+			func(kv, ours *Node) {
+				for _, n := range []*Node{kv, ours} {
+					for _, name := range []string{"memory", "currentMemory", "maxMemory"} {
+						for _, m := range n.Find(name) {
+							toBytes(m)
+						}
+					}
+				}
+			}},
+		{"lifecycle-defaults", "normalization: libvirt's defaults for on_poweroff and on_crash are destroy, which we write out",
+			func(kv, ours *Node) {
+				for _, n := range []*Node{kv, ours} {
+					for _, name := range []string{"on_poweroff", "on_crash"} {
+						n.Remove(name, func(c *Node) bool { return c.Text == "destroy" })
+					}
+				}
+			}},
+		{"accelerator", "substitution: this machine has no usable KVM, so the domain type is qemu (TCG), and the CPU mode host-model (which libvirt expands to the host's CPU under KVM) is left out for QEMU's stable default model",
+			func(kv, ours *Node) {
+				for _, n := range []*Node{kv, ours} {
+					delete(n.Attrs, "type")
+					if cpu := n.Child("cpu"); cpu != nil && cpu.Attrs["mode"] == "host-model" {
+						delete(cpu.Attrs, "mode")
+					}
+				}
+			}},
+		{"identity", "substitution: the domain UUID, its copy in the SMBIOS system entry and KubeVirt's <metadata> bookkeeping come from the cluster (VMI UID, VM name hash)",
+			func(kv, ours *Node) {
+				for _, n := range []*Node{kv, ours} {
+					n.Remove("uuid", nil)
+					n.Remove("metadata", nil)
+					for _, e := range n.Find("sysinfo/system/entry") {
+						if e.Attrs["name"] == "uuid" {
+							e.Text = "UUID"
+						}
+					}
+				}
+			}},
+		{"paths", "substitution: files live in the launcher's per-VMI folder, image folder and claim folder instead of a pod's /var/run/kubevirt* mounts and the image's /usr/share/OVMF",
+			func(kv, ours *Node) {
+				replacePaths(kv)
+				replacePaths(ours)
+			}},
+		{"network-backend", "substitution: the pod network is QEMU's user-mode network on one machine (no pod, no tap, no CNI); KubeVirt plugs a tap device in the pod's network namespace. The backend (interface type, source, target, our QEMU command-line netdev) is removed; model, MAC, alias and ROM are compared",
+			func(kv, ours *Node) {
+				for _, n := range []*Node{kv, ours} {
+					for _, i := range n.Find("devices/interface") {
+						delete(i.Attrs, "type")
+						for _, c := range []string{"source", "target", "backend", "ip", "portForward"} {
+							i.Remove(c, nil)
+						}
+					}
+					n.Remove("qemu:commandline", nil)
+				}
+			}},
+		{"serial-console", "substitution: the serial console goes to a file the launcher reads; KubeVirt binds a unix socket for virt-handler's console proxy and logs it with a guest-console-log container",
+			func(kv, ours *Node) {
+				for _, n := range []*Node{kv, ours} {
+					for _, s := range n.Find("devices/serial") {
+						delete(s.Attrs, "type")
+						s.Remove("log", nil)
+						s.Remove("source", nil)
+					}
+					for _, c := range n.Find("devices/console") {
+						delete(c.Attrs, "type")
+					}
+				}
+			}},
+		{"faults", "substitution: the launcher adds an ISA pvpanic device so that a guest panic (a fault it injects and detects) ends the domain as crashed",
+			func(_, ours *Node) {
+				if d := ours.Child("devices"); d != nil {
+					d.Remove("panic", func(c *Node) bool { return c.Attrs["model"] == "isa" })
+				}
+			}},
+	}
+}
+
+// Apply runs every rule on both domains.
+func Apply(kv, ours *Node) {
+	for _, r := range Rules() {
+		r.Apply(kv, ours)
+	}
+}
+
+func toBytes(m *Node) {
+	v, err := strconv.ParseUint(m.Text, 10, 64)
+	if err != nil {
+		return
+	}
+	mult := map[string]uint64{"": 1 << 10, "KiB": 1 << 10, "k": 1 << 10, "b": 1, "bytes": 1, "MiB": 1 << 20, "M": 1 << 20, "GiB": 1 << 30, "G": 1 << 30}
+	f, ok := mult[m.Attrs["unit"]]
+	if !ok {
+		return
+	}
+	m.Text = strconv.FormatUint(v*f, 10)
+	m.Attrs["unit"] = "b"
+}
+
+// replacePaths turns every absolute file path into PATH.
+func replacePaths(n *Node) {
+	for k, v := range n.Attrs {
+		if strings.HasPrefix(v, "/") {
+			n.Attrs[k] = "PATH"
+		}
+	}
+	if strings.HasPrefix(n.Text, "/") {
+		n.Text = "PATH"
+	}
+	for _, c := range n.Children {
+		replacePaths(c)
+	}
+}
