@@ -197,7 +197,10 @@ func diskSource(ctx context.Context, vmi *v1.VirtualMachineInstance, v *v1.Volum
 		if err := data.WriteISO(ctx, p); err != nil {
 			return source{}, &SpecError{Field: field, Msg: err.Error()}
 		}
-		return source{path: p, format: "raw", readonly: true}, nil
+		// KubeVirt attaches the cloud-init ISO writable (the guest may
+		// not write to an ISO 9660 file system, but the disk is not
+		// marked read-only).
+		return source{path: p, format: "raw"}, nil
 	}
 	return source{}, &SpecError{Field: field, Msg: "unsupported volume source (supported: hostDisk, containerDisk, persistentVolumeClaim, dataVolume, ephemeral, emptyDisk, cloudInitNoCloud, cloudInitConfigDrive)"}
 }

@@ -89,10 +89,10 @@ func Convert(ctx context.Context, vmi *v1.VirtualMachineInstance, opts DomainOpt
 		OnCrash:    "destroy",
 		Features:   &libvirtxml.DomainFeatureList{},
 		Devices: &libvirtxml.DomainDeviceList{
-			// No USB, no balloon, no graphics: a small VM boots faster and
-			// every device present is one the VMI asked for or implies.
+			// No USB controller: KubeVirt attaches none unless a device
+			// needs one. The balloon and graphics follow the
+			// autoattach fields (setBalloon, setDevicesExtra).
 			Controllers: []libvirtxml.DomainController{{Type: "usb", Model: "none"}},
-			MemBalloon:  &libvirtxml.DomainMemBalloon{Model: "none"},
 		},
 	}
 	if uuid := vmiUUID(vmi); uuid != "" {
@@ -134,7 +134,7 @@ func Convert(ctx context.Context, vmi *v1.VirtualMachineInstance, opts DomainOpt
 	if err := setDisks(ctx, dom, vmi, &opts); err != nil {
 		return nil, err
 	}
-	if err := setDevicesExtra(dom, &spec.Domain.Devices, opts.ScratchDir); err != nil {
+	if err := setDevicesExtra(dom, vmi, opts.ScratchDir); err != nil {
 		return nil, err
 	}
 	if dom.OS.Kernel == "" && len(dom.Devices.Disks) == 0 {
@@ -143,16 +143,7 @@ func Convert(ctx context.Context, vmi *v1.VirtualMachineInstance, opts DomainOpt
 	if dom.OS.Kernel == "" {
 		dom.OS.BootDevices = []libvirtxml.DomainBootDevice{{Dev: "hd"}}
 	}
-	for _, f := range []struct {
-		field string
-		value *bool
-	}{
-		{"spec.domain.devices.autoattachMemBalloon", spec.Domain.Devices.AutoattachMemBalloon},
-	} {
-		if f.value != nil && *f.value {
-			return nil, &SpecError{Field: f.field, Msg: "true is not supported: the launcher attaches no memory balloon (set it to false or leave it out)"}
-		}
-	}
+	setBalloon(dom, vmi)
 	if a := spec.Domain.Devices.AutoattachSerialConsole; a != nil && !*a {
 		opts.ConsoleLog = ""
 	}
@@ -175,6 +166,35 @@ func Convert(ctx context.Context, vmi *v1.VirtualMachineInstance, opts DomainOpt
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// balloonStatsPeriod is virt-handler's default memBalloonStatsPeriod (s).
+const balloonStatsPeriod = 10
+
+// setBalloon attaches KubeVirt's default memory balloon: virtio with
+// statistics every 10 s and free page reporting, unless
+// autoattachMemBalloon is false (then model none, as KubeVirt). Free page
+// reporting is off for VMIs with dedicated CPUs, as KubeVirt.
+func setBalloon(dom *libvirtxml.Domain, vmi *v1.VirtualMachineInstance) {
+	if a := vmi.Spec.Domain.Devices.AutoattachMemBalloon; a != nil && !*a {
+		dom.Devices.MemBalloon = &libvirtxml.DomainMemBalloon{Model: "none"}
+		return
+	}
+	b := &libvirtxml.DomainMemBalloon{Model: virtioModel(vmi), Stats: &libvirtxml.DomainMemBalloonStats{Period: balloonStatsPeriod}}
+	if !vmi.IsHighPerformanceVMI() && vmi.Annotations[v1.FreePageReportingDisabledAnnotation] != "true" {
+		b.FreePageReporting = "on"
+	}
+	dom.Devices.MemBalloon = b
+}
+
+// virtioModel is the model KubeVirt gives virtio devices:
+// virtio-non-transitional, or virtio-transitional when the VMI asks for
+// useVirtioTransitional.
+func virtioModel(vmi *v1.VirtualMachineInstance) string {
+	if t := vmi.Spec.Domain.Devices.UseVirtioTransitional; t != nil && *t {
+		return "virtio-transitional"
+	}
+	return "virtio-non-transitional"
+}
 
 // vmiUUID is the domain UUID: firmware.uuid when set, else the VMI UID when
 // it is a UUID; libvirt generates one otherwise.

@@ -38,6 +38,8 @@ func baseVMI() *v1.VirtualMachineInstance {
 		ObjectMeta: metaNS("vm1", "ns1", "6d3c1c5e-0b6a-4a43-9f43-0c3a3c6a9e01"),
 		Spec: v1.VirtualMachineInstanceSpec{Domain: v1.DomainSpec{
 			Memory: &v1.Memory{Guest: &mem},
+			// No display: most cases run without a per-VMI folder.
+			Devices: v1.Devices{AutoattachGraphicsDevice: off()},
 			Firmware: &v1.Firmware{KernelBoot: &v1.KernelBoot{KernelArgs: "console=ttyS0",
 				Container: &v1.KernelBootContainer{Image: "example.com/guest:1", KernelPath: "/boot/vmlinuz", InitrdPath: "/boot/initrd.img"}}},
 		}},
@@ -76,7 +78,7 @@ func TestBuildDomain(t *testing.T) {
 			Features: &libvirtxml.DomainFeatureList{ACPI: &libvirtxml.DomainFeature{}},
 			Devices: &libvirtxml.DomainDeviceList{
 				Controllers: []libvirtxml.DomainController{{Type: "usb", Model: "none"}},
-				MemBalloon:  &libvirtxml.DomainMemBalloon{Model: "none"},
+				MemBalloon:  &libvirtxml.DomainMemBalloon{Model: "virtio-non-transitional", FreePageReporting: "on", Stats: &libvirtxml.DomainMemBalloonStats{Period: 10}},
 				Serials: []libvirtxml.DomainSerial{{Source: &libvirtxml.DomainChardevSource{File: &libvirtxml.DomainChardevSourceFile{Path: "/log/console.log"}},
 					Target: &libvirtxml.DomainSerialTarget{Port: &port}}},
 				Consoles: []libvirtxml.DomainConsole{{Target: &libvirtxml.DomainConsoleTarget{Type: "serial", Port: &port}}},
@@ -258,7 +260,7 @@ func TestCheckSupported(t *testing.T) {
 		"domain":   map[string]any{"devices": map[string]any{"interfaces": []any{map[string]any{"name": "default", "masquerade": map[string]any{}, "pciAddress": "0000:81:00.1"}}}},
 	}}
 	err := CheckSupported(bad)
-	if err == nil || !strings.Contains(err.Error(), "spec.domain.devices.interfaces[0].pciAddress") || !strings.Contains(err.Error(), "supported:") {
+	if err == nil || !strings.Contains(err.Error(), "spec.domain.devices.interfaces[0].pciAddress") || !strings.Contains(err.Error(), SupportedFieldsHelp) {
 		t.Fatalf("CheckSupported(bad) = %v, want the first unsupported field and the supported list", err)
 	}
 }
@@ -279,7 +281,7 @@ func TestBuildDomainKubeVirtDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(dom.Devices.Interfaces) != 1 || dom.Devices.Interfaces[0].Source.User == nil || dom.Devices.Interfaces[0].Model.Type != "virtio" {
+	if len(dom.Devices.Interfaces) != 1 || dom.Devices.Interfaces[0].Source.User == nil || dom.Devices.Interfaces[0].Model.Type != "virtio-non-transitional" {
 		t.Fatalf("interfaces = %+v, want one virtio NIC on the user-mode network", dom.Devices.Interfaces)
 	}
 	if dom.CPU.Mode != "" {

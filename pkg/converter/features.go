@@ -242,16 +242,27 @@ func setClock(dom *libvirtxml.Domain, c *v1.Clock, accel Accel, notes *[]string)
 
 // setDevicesExtra adds the entropy device and, when the VMI asks for it,
 // a VGA display served by VNC on a socket in the scratch folder.
-func setDevicesExtra(dom *libvirtxml.Domain, d *v1.Devices, scratch string) error {
+func setDevicesExtra(dom *libvirtxml.Domain, vmi *v1.VirtualMachineInstance, scratch string) error {
+	d := &vmi.Spec.Domain.Devices
 	if d.Rng != nil {
-		dom.Devices.RNGs = []libvirtxml.DomainRNG{{Model: "virtio", Backend: &libvirtxml.DomainRNGBackend{Random: &libvirtxml.DomainRNGBackendRandom{Device: "/dev/urandom"}}}}
+		dom.Devices.RNGs = []libvirtxml.DomainRNG{{Model: virtioModel(vmi), Backend: &libvirtxml.DomainRNGBackend{Random: &libvirtxml.DomainRNGBackendRandom{Device: "/dev/urandom"}}}}
 	}
-	if enabledOr(d.AutoattachGraphicsDevice, false) {
+	// KubeVirt's default (autoattachGraphicsDevice unset means true): a
+	// VGA card with 16 MiB of video memory, or bochs under EFI on amd64
+	// (virt-handler's default BochsDisplayForEFIGuests), and VNC on a
+	// unix socket in the per-VMI folder.
+	if enabledOr(d.AutoattachGraphicsDevice, true) {
 		if scratch == "" {
-			return &SpecError{Field: "spec.domain.devices.autoattachGraphicsDevice", Msg: "a display needs a per-VMI folder for its VNC socket (no scratch folder given)"}
+			return &SpecError{Field: "spec.domain.devices.autoattachGraphicsDevice", Msg: "a display needs a per-VMI folder for its VNC socket (no scratch folder given); set it to false"}
 		}
-		dom.Devices.Graphics = []libvirtxml.DomainGraphic{{VNC: &libvirtxml.DomainGraphicVNC{Socket: filepath.Join(scratch, "vnc.sock")}}}
-		dom.Devices.Videos = []libvirtxml.DomainVideo{{Model: libvirtxml.DomainVideoModel{Type: "vga"}}}
+		dom.Devices.Graphics = []libvirtxml.DomainGraphic{{VNC: &libvirtxml.DomainGraphicVNC{
+			Listeners: []libvirtxml.DomainGraphicListener{{Socket: &libvirtxml.DomainGraphicListenerSocket{Socket: filepath.Join(scratch, "virt-vnc")}}},
+		}}}
+		model := libvirtxml.DomainVideoModel{Type: "vga", Heads: 1, VRam: 16384}
+		if vmi.IsBootloaderEFI() {
+			model = libvirtxml.DomainVideoModel{Type: "bochs", Heads: 1}
+		}
+		dom.Devices.Videos = []libvirtxml.DomainVideo{{Model: model}}
 	}
 	return nil
 }

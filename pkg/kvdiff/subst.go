@@ -64,8 +64,9 @@ func Rules() []Rule {
 				replacePaths(kv)
 				replacePaths(ours)
 			}},
-		{"network-backend", "substitution: the pod network is QEMU's user-mode network on one machine (no pod, no tap, no CNI); KubeVirt plugs a tap device in the pod's network namespace. The backend (interface type, source, target, our QEMU command-line netdev) is removed; model, MAC, alias and ROM are compared",
+		{"network-backend", "substitution: the pod network is QEMU's user-mode network on one machine (no pod, no tap, no CNI); KubeVirt plugs a tap device in the pod's network namespace. The backend (interface type, source, target, our QEMU command-line netdev) is removed; model, MAC, alias and ROM are compared, a NIC on our QEMU command line read back as an <interface>",
 			func(kv, ours *Node) {
+				cmdlineNICs(ours)
 				for _, n := range []*Node{kv, ours} {
 					for _, i := range n.Find("devices/interface") {
 						delete(i.Attrs, "type")
@@ -102,6 +103,41 @@ func Rules() []Rule {
 func Apply(kv, ours *Node) {
 	for _, r := range Rules() {
 		r.Apply(kv, ours)
+	}
+}
+
+// cmdlineNICs reads the NICs the launcher puts on QEMU's command line
+// (-device MODEL,netdev=...,id=ua-NAME,romfile=,mac=...) back as libvirt
+// <interface> elements.
+func cmdlineNICs(ours *Node) {
+	devices := ours.Child("devices")
+	cl := ours.Child("qemu:commandline")
+	if devices == nil || cl == nil {
+		return
+	}
+	args := cl.Children
+	for i := 0; i+1 < len(args); i++ {
+		if args[i].Attrs["value"] != "-device" {
+			continue
+		}
+		opts := strings.Split(args[i+1].Attrs["value"], ",")
+		model := strings.Replace(opts[0], "virtio-net-pci", "virtio", 1)
+		nic := &Node{Name: "interface", Attrs: map[string]string{}}
+		nic.Children = append(nic.Children, &Node{Name: "model", Attrs: map[string]string{"type": model}})
+		for _, o := range opts[1:] {
+			k, v, _ := strings.Cut(o, "=")
+			switch k {
+			case "id":
+				nic.Children = append(nic.Children, &Node{Name: "alias", Attrs: map[string]string{"name": v}})
+			case "romfile":
+				if v == "" {
+					nic.Children = append(nic.Children, &Node{Name: "rom", Attrs: map[string]string{"enabled": "no"}})
+				}
+			case "mac":
+				nic.Children = append(nic.Children, &Node{Name: "mac", Attrs: map[string]string{"address": v}})
+			}
+		}
+		devices.Children = append(devices.Children, nic)
 	}
 }
 
