@@ -137,8 +137,15 @@ func diskSource(ctx context.Context, vmi *v1.VirtualMachineInstance, v *v1.Volum
 				return source{}, &SpecError{Field: field + ".hostDisk.path", Msg: fmt.Sprintf("type Disk needs an existing file: %v", err)}
 			}
 		case v1.HostDiskExistsOrCreate:
-			if err := createSparse(hd.Path, hd.Capacity.Value()); err != nil {
+			if !filepath.IsAbs(hd.Path) {
+				return source{}, &SpecError{Field: field + ".hostDisk.path", Msg: fmt.Sprintf("%q is not an absolute path", hd.Path)}
+			}
+			_, statErr := os.Stat(hd.Path)
+			if err := createSparse(hd.Path, hd.Capacity.Value(), opts.DryRun); err != nil {
 				return source{}, &SpecError{Field: field + ".hostDisk", Msg: err.Error()}
+			}
+			if statErr != nil {
+				return source{path: hd.Path, format: "raw"}, nil // created (or, in a dry run, to be) sparse and raw
 			}
 		default:
 			return source{}, &SpecError{Field: field + ".hostDisk.type", Msg: fmt.Sprintf("%q is not allowed (allowed: Disk, DiskOrCreate)", hd.Type)}
@@ -236,12 +243,21 @@ func createEmptyDisk(ctx context.Context, dir, name string, size int64) (string,
 	return p, nil
 }
 
-func createSparse(path string, size int64) error {
+// createSparse makes a DiskOrCreate host disk of size bytes unless it
+// exists, creating its folder first as KubeVirt does (it mounts the parent
+// folder as DirectoryOrCreate). A dry run only checks.
+func createSparse(path string, size int64, dryRun bool) error {
 	if _, err := os.Stat(path); err == nil {
 		return nil
 	}
 	if size <= 0 {
 		return fmt.Errorf("type DiskOrCreate needs a capacity to create %s", path)
+	}
+	if dryRun {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("creating the disk's folder: %w", err)
 	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {

@@ -3,6 +3,7 @@ package converter
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 
 	k8sv1 "k8s.io/api/core/v1"
@@ -35,8 +36,12 @@ type DomainOptions struct {
 	// OVMF are the UEFI firmware files; zero means DebianOVMF().
 	OVMF OVMF
 	// HostPort picks the loopback port a forwarded guest port is reached
-	// on; nil picks a free one.
+	// on; nil picks a free one (port 0, chosen at launch, in a dry run).
 	HostPort func(protocol string, guestPort int) (int, error)
+	// DryRun renders the domain without changing the host: no hostDisk
+	// image or folder is created (files in ScratchDir, which the launcher
+	// removes, and the image cache are still made).
+	DryRun bool
 }
 
 // Conversion is a VMI turned into a domain, with what the launcher should
@@ -82,6 +87,18 @@ func BuildDomain(vmi *v1.VirtualMachineInstance, opts DomainOptions) (*libvirtxm
 func Convert(ctx context.Context, vmi *v1.VirtualMachineInstance, opts DomainOptions) (*Conversion, error) {
 	conv := &Conversion{}
 	spec := &vmi.Spec
+	if opts.ClaimDir != "" {
+		// The domain is read by libvirt and QEMU, not from this
+		// process's working directory.
+		abs, err := filepath.Abs(opts.ClaimDir)
+		if err != nil {
+			return nil, fmt.Errorf("claim folder %s: %w", opts.ClaimDir, err)
+		}
+		opts.ClaimDir = abs
+	}
+	if opts.DryRun && opts.HostPort == nil {
+		opts.HostPort = func(string, int) (int, error) { return 0, nil }
+	}
 	dom := &libvirtxml.Domain{
 		Type:       opts.Accel.DomainType(),
 		Name:       DomainName(vmi),

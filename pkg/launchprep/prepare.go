@@ -66,6 +66,10 @@ func Prepare(ctx context.Context, o Options) (*Prepared, launcherapi.ExitCode) {
 	if !ok {
 		return nil, code
 	}
+	if err := absPaths(&a); err != nil {
+		fmt.Fprintf(o.Stderr, "virt-launcher: %v\n", err)
+		return nil, launcherapi.ExitUsage
+	}
 	if a.SimulateCrash {
 		// KubeVirt's semantics: right after flags and logging, before
 		// anything else exists.
@@ -160,7 +164,11 @@ func (p *Prepared) prepare(ctx context.Context, a launcherapi.Args, vmi *v1.Virt
 	}
 	p.Plan.ConsoleLog = consoleLog
 	p.Plan.LibvirtLog = strings.TrimSuffix(consoleLog, ".log") + ".libvirt.log"
-	if err := os.MkdirAll(filepath.Dir(consoleLog), 0o755); err != nil {
+	if a.DryRun {
+		// A dry run changes nothing on the host: its per-VMI folder is a
+		// temporary one, removed on exit, and no log folder is made.
+		a.RuntimeDir = os.TempDir()
+	} else if err := os.MkdirAll(filepath.Dir(consoleLog), 0o755); err != nil {
 		return usage("--console-log", err)
 	}
 	if err := os.MkdirAll(a.RuntimeDir, 0o755); err != nil {
@@ -190,7 +198,7 @@ func (p *Prepared) prepare(ctx context.Context, a launcherapi.Args, vmi *v1.Virt
 			return launcherapi.ExitInternal, false
 		}
 	}
-	conv, err := converter.Convert(ctx, vmi, converter.DomainOptions{Accel: accel, Images: images, ConsoleLog: consoleLog, ScratchDir: p.Plan.Scratch, ClaimDir: a.ClaimDir})
+	conv, err := converter.Convert(ctx, vmi, converter.DomainOptions{Accel: accel, Images: images, ConsoleLog: consoleLog, ScratchDir: p.Plan.Scratch, ClaimDir: a.ClaimDir, DryRun: a.DryRun})
 	if err != nil {
 		if images == nil {
 			fmt.Fprintf(o.Stderr, "virt-launcher: %s: %v (image folder %s: not readable; build it with `make images` or pass --image-dir)\n", p.Plan.Input, err, a.ImageDir)
@@ -217,6 +225,26 @@ func (p *Prepared) prepare(ctx context.Context, a launcherapi.Args, vmi *v1.Virt
 		p.Plan.DryRunVMI = string(doc)
 	}
 	return 0, true
+}
+
+// absPaths resolves the folder and file flags against the working
+// directory, so that what goes into the domain (read by libvirt and QEMU)
+// and into the caches names the same files the user meant.
+func absPaths(a *launcherapi.Args) error {
+	for _, f := range []struct {
+		flag string
+		p    *string
+	}{{"--claim-dir", &a.ClaimDir}, {"--cache-dir", &a.CacheDir}, {"--runtime-dir", &a.RuntimeDir}, {"--console-log", &a.ConsoleLog}, {"--image-dir", &a.ImageDir}} {
+		if *f.p == "" {
+			continue
+		}
+		abs, err := filepath.Abs(*f.p)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", f.flag, *f.p, err)
+		}
+		*f.p = abs
+	}
+	return nil
 }
 
 // Abandon removes what the launch made and tells the reaper that nothing

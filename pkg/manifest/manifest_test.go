@@ -307,3 +307,23 @@ func TestReadDocuments(t *testing.T) {
 		t.Fatalf("separators only: %v", err)
 	}
 }
+
+// TestClearErrors: a folder given as the manifest and a document that is
+// a JSON string get a sentence, not Go's internals.
+func TestClearErrors(t *testing.T) {
+	dir := t.TempDir()
+	_, _, err := ReadFile(dir, nil)
+	if err == nil || err.Error() != "reading "+dir+": it is a folder; give the manifest file (YAML or JSON) itself" {
+		t.Fatalf("ReadFile(folder) = %v", err)
+	}
+	for doc, want := range map[string]string{
+		`"just a string"`: "the document is a string, not an object",
+		`[1, 2]`:          "the document is a list, not an object",
+		`42`:              "the document is a number, not an object",
+	} {
+		_, _, err := Read([]byte(doc), "in.json")
+		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "unmarshal") {
+			t.Errorf("Read(%s) = %v, want %q", doc, err, want)
+		}
+	}
+}
