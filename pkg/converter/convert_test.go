@@ -74,12 +74,13 @@ func TestConvertRealVMIs(t *testing.T) {
 			if data, err := os.ReadFile(nvram); err != nil || string(data) != "vars.ms.fd" {
 				t.Errorf("per-VMI NVRAM copy: %q, %v", data, err)
 			}
-			wantF := &libvirtxml.DomainFeatureList{ACPI: &libvirtxml.DomainFeature{}, APIC: &libvirtxml.DomainFeatureAPIC{}, SMM: &libvirtxml.DomainFeatureSMM{State: "on"}}
+			wantF := &libvirtxml.DomainFeatureList{ACPI: &libvirtxml.DomainFeature{}, APIC: &libvirtxml.DomainFeatureAPIC{}, SMM: &libvirtxml.DomainFeatureSMM{}, VMPort: &libvirtxml.DomainFeatureState{State: "off"}}
 			if diff := cmp.Diff(wantF, d.Features); diff != "" {
 				t.Errorf("features (-want +got):\n%s", diff)
 			}
 			wantSys := []libvirtxml.DomainSysInfo{{SMBIOS: &libvirtxml.DomainSysInfoSMBIOS{System: &libvirtxml.DomainSysInfoSystem{Entry: []libvirtxml.DomainSysInfoEntry{
-				{Name: "uuid", Value: d.UUID}, {Name: "serial", Value: "SER-1"}}}}}}
+				{Name: "uuid", Value: d.UUID}, {Name: "serial", Value: "SER-1"}, {Name: "manufacturer", Value: "KubeVirt"}, {Name: "family", Value: "KubeVirt"},
+				{Name: "product", Value: "None"}, {Name: "sku"}, {Name: "version"}}}}}}
 			if diff := cmp.Diff(wantSys, d.SysInfo); diff != "" {
 				t.Errorf("sysinfo (-want +got):\n%s", diff)
 			}
@@ -223,6 +224,12 @@ func TestConvertRealVMIs(t *testing.T) {
 				if ro {
 					dd.ReadOnly = &libvirtxml.DomainDiskReadOnly{}
 				}
+				if dev == "disk" {
+					dd.Driver.Discard = "unmap"
+				}
+				if dev == "disk" && bus == "virtio" {
+					dd.Model = "virtio-non-transitional"
+				}
 				return dd
 			}
 			want := []libvirtxml.DomainDisk{
@@ -232,6 +239,8 @@ func TestConvertRealVMIs(t *testing.T) {
 				disk("disk", "scratch", filepath.Join(scratch, "emptydisk-scratch.qcow2"), "qcow2", "vdc", "virtio", false),
 				disk("cdrom", "ci", filepath.Join(scratch, "cloudinit-ci.iso"), "raw", "sdb", "sata", true),
 			}
+			want[2].BackingStore = &libvirtxml.DomainDiskBackingStore{Format: &libvirtxml.DomainDiskFormat{Type: "raw"},
+				Source: &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: filepath.Join(claims, "golden/disk.img")}}}
 			if diff := cmp.Diff(want, d.Devices.Disks, noXMLName); diff != "" {
 				t.Errorf("disks (-want +got):\n%s", diff)
 			}

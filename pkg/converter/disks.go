@@ -78,6 +78,7 @@ func setDisks(ctx context.Context, dom *libvirtxml.Domain, vmi *v1.VirtualMachin
 			}
 		}
 		readonly = readonly || src.readonly
+		var backing *libvirtxml.DomainDiskBackingStore
 		if src.ephemeral && opts.ScratchDir != "" && !readonly {
 			// A container disk is ephemeral in KubeVirt: writes go to an
 			// overlay that is thrown away, never into the image itself.
@@ -85,20 +86,32 @@ func setDisks(ctx context.Context, dom *libvirtxml.Domain, vmi *v1.VirtualMachin
 			if err != nil {
 				return &SpecError{Field: field, Msg: err.Error()}
 			}
+			// KubeVirt names the backing image in the domain too.
+			backing = &libvirtxml.DomainDiskBackingStore{Format: &libvirtxml.DomainDiskFormat{Type: format},
+				Source: &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: path}}}
 			path, format = overlay, "qcow2"
 		} else if src.ephemeral {
 			readonly = true
 		}
 		disk := libvirtxml.DomainDisk{
-			Device: device,
-			Alias:  &libvirtxml.DomainAlias{Name: "ua-" + d.Name},
-			Driver: &libvirtxml.DomainDiskDriver{Name: "qemu", Type: format},
-			Source: &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: path}},
-			Target: &libvirtxml.DomainDiskTarget{Dev: prefix + string(rune('a'+next[prefix])), Bus: string(bus)},
-			Serial: d.Serial,
+			Device:       device,
+			Alias:        &libvirtxml.DomainAlias{Name: "ua-" + d.Name},
+			Driver:       &libvirtxml.DomainDiskDriver{Name: "qemu", Type: format},
+			Source:       &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: path}},
+			Target:       &libvirtxml.DomainDiskTarget{Dev: prefix + string(rune('a'+next[prefix])), Bus: string(bus)},
+			Serial:       d.Serial,
+			BackingStore: backing,
 		}
 		if d.BootOrder != nil {
 			disk.Boot = &libvirtxml.DomainDeviceBoot{Order: *d.BootOrder}
+		}
+		if device == "disk" {
+			// As KubeVirt: guest discards free space in the image, and
+			// virtio disks are virtio-non-transitional.
+			disk.Driver.Discard = "unmap"
+			if bus == v1.DiskBusVirtio {
+				disk.Model = virtioModel(vmi)
+			}
 		}
 		next[prefix]++
 		if readonly {

@@ -109,7 +109,9 @@ func Convert(ctx context.Context, vmi *v1.VirtualMachineInstance, opts DomainOpt
 			// No USB controller: KubeVirt attaches none unless a device
 			// needs one. The balloon and graphics follow the
 			// autoattach fields (setBalloon, setDevicesExtra).
-			Controllers: []libvirtxml.DomainController{{Type: "usb", Model: "none"}},
+			// KubeVirt always adds a virtio-scsi controller (for hot-plug)
+			// and a virtio-serial one for the guest agent's channel.
+			Controllers: []libvirtxml.DomainController{{Type: "usb", Index: ptr(uint(0)), Model: "none"}},
 		},
 	}
 	if uuid := vmiUUID(vmi); uuid != "" {
@@ -157,9 +159,16 @@ func Convert(ctx context.Context, vmi *v1.VirtualMachineInstance, opts DomainOpt
 	if dom.OS.Kernel == "" && len(dom.Devices.Disks) == 0 {
 		return nil, &SpecError{Field: "spec.domain.firmware.kernelBoot", Msg: "the VMI has nothing to boot: set spec.domain.firmware.kernelBoot.container or add a disk backed by a hostDisk or containerDisk volume"}
 	}
-	if dom.OS.Kernel == "" {
-		dom.OS.BootDevices = []libvirtxml.DomainBootDevice{{Dev: "hd"}}
-	}
+	model := virtioModel(vmi)
+	dom.Devices.Controllers = append(dom.Devices.Controllers,
+		libvirtxml.DomainController{Type: "scsi", Index: ptr(uint(0)), Model: model},
+		libvirtxml.DomainController{Type: "virtio-serial", Index: ptr(uint(0)), Model: model})
+	// The guest agent's channel; libvirt makes its socket in the domain's
+	// channel folder.
+	dom.Devices.Channels = []libvirtxml.DomainChannel{{
+		Source: &libvirtxml.DomainChardevSource{UNIX: &libvirtxml.DomainChardevSourceUNIX{}},
+		Target: &libvirtxml.DomainChannelTarget{VirtIO: &libvirtxml.DomainChannelTargetVirtIO{Name: "org.qemu.guest_agent.0"}},
+	}}
 	setBalloon(dom, vmi)
 	if a := spec.Domain.Devices.AutoattachSerialConsole; a != nil && !*a {
 		opts.ConsoleLog = ""
@@ -255,14 +264,29 @@ func setCPU(dom *libvirtxml.Domain, cpu *v1.CPU, accel Accel) error {
 		if cpu.MaxSockets != 0 && cpu.MaxSockets < sockets {
 			return &SpecError{Field: "spec.domain.cpu.maxSockets", Msg: fmt.Sprintf("%d is below spec.domain.cpu.sockets %d", cpu.MaxSockets, sockets)}
 		}
-		// maxSockets only bounds CPU hotplug, which the launcher never does.
 	}
 	n := sockets * cores * threads
 	if n > 64 {
 		return &SpecError{Field: "spec.domain.cpu", Msg: fmt.Sprintf("sockets x cores x threads = %d vCPUs; at most 64 are supported", n)}
 	}
-	dom.VCPU = &libvirtxml.DomainVCPU{Value: uint(n)}
+	dom.VCPU = &libvirtxml.DomainVCPU{Placement: "static", Value: uint(n)}
 	dom.CPU = &libvirtxml.DomainCPU{Topology: &libvirtxml.DomainCPUTopology{Sockets: int(sockets), Cores: int(cores), Threads: int(threads)}}
+	if cpu != nil && cpu.MaxSockets > sockets {
+		// As KubeVirt: room to hot-plug up to maxSockets sockets, the
+		// requested vCPUs enabled, those of the first socket fixed.
+		total := cpu.MaxSockets * cores * threads
+		if total > 256 {
+			return &SpecError{Field: "spec.domain.cpu.maxSockets", Msg: fmt.Sprintf("maxSockets x cores x threads = %d vCPUs; at most 256 are supported", total)}
+		}
+		dom.VCPU.Value = uint(total)
+		dom.CPU.Topology.Sockets = int(cpu.MaxSockets)
+		dom.VCPUs = &libvirtxml.DomainVCPUs{}
+		for id := uint32(0); id < total; id++ {
+			dom.VCPUs.VCPU = append(dom.VCPUs.VCPU, libvirtxml.DomainVCPUsVCPU{
+				Id: ptr(uint(id)), Enabled: yesNo(id < n), Hotpluggable: yesNo(id >= cores*threads),
+			})
+		}
+	}
 	if accel == AccelKVM {
 		dom.CPU.Mode = "host-model"
 	}

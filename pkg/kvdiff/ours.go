@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 
@@ -97,8 +98,15 @@ func (s Sandbox) images(dir string, vmi *v1.VirtualMachineInstance) (*converter.
 			if f == "" {
 				continue
 			}
-			if err := writeFile(filepath.Join(root, rel, f), "x"); err != nil {
+			p := filepath.Join(root, rel, f)
+			if err := writeFile(p, "x"); err != nil {
 				return err
+			}
+			if strings.HasSuffix(f, ".qcow2") {
+				// A real qcow2, as KubeVirt's containerDisk images are.
+				if out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", p, "1M").CombinedOutput(); err != nil {
+					return fmt.Errorf("qemu-img: %v: %s", err, out)
+				}
 			}
 		}
 		return nil

@@ -38,6 +38,16 @@ func Rules() []Rule {
 					}
 				}
 			}},
+		{"empty-sysinfo", "normalization: KubeVirt writes empty <bios/>, <baseBoard/> and <chassis/> SMBIOS tables, which libvirt ignores",
+			func(kv, ours *Node) {
+				for _, n := range []*Node{kv, ours} {
+					for _, si := range n.Find("sysinfo") {
+						for _, name := range []string{"bios", "baseBoard", "chassis"} {
+							si.Remove(name, func(c *Node) bool { return len(c.Children) == 0 && len(c.Attrs) == 0 && c.Text == "" })
+						}
+					}
+				}
+			}},
 		{"accelerator", "substitution: this machine has no usable KVM, so the domain type is qemu (TCG), and the CPU mode host-model (which libvirt expands to the host's CPU under KVM) is left out for QEMU's stable default model",
 			func(kv, ours *Node) {
 				for _, n := range []*Node{kv, ours} {
@@ -90,10 +100,15 @@ func Rules() []Rule {
 					}
 				}
 			}},
-		{"faults", "substitution: the launcher adds an ISA pvpanic device so that a guest panic (a fault it injects and detects) ends the domain as crashed",
-			func(_, ours *Node) {
+		{"faults", "substitution: the launcher adds an ISA pvpanic device so that a guest panic (a fault it injects and detects) ends the domain as crashed, and leaves disk errors at libvirt's default policy (report) instead of KubeVirt's error_policy=stop, so that an injected disk error (blkdebug) reaches the guest as EIO as the fault catalog says, instead of pausing it",
+			func(kv, ours *Node) {
 				if d := ours.Child("devices"); d != nil {
 					d.Remove("panic", func(c *Node) bool { return c.Attrs["model"] == "isa" })
+				}
+				for _, drv := range kv.Find("devices/disk/driver") {
+					if drv.Attrs["error_policy"] == "stop" {
+						delete(drv.Attrs, "error_policy")
+					}
 				}
 			}},
 	}
