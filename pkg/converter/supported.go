@@ -20,6 +20,9 @@ func supportedFields() []string {
 		// the pod network), or without effect on a single launch
 		// (evictionStrategy is a cluster policy).
 		"spec.architecture", "spec.evictionStrategy",
+		// A scheduling field that does not change the domain (KubeVirt's
+		// converter does not read it): no effect on one launch.
+		"spec.priorityClassName",
 		"spec.domain.cpu.model", "spec.domain.cpu.maxSockets",
 		"spec.domain.devices.interfaces[].name",
 		"spec.networks[].name",

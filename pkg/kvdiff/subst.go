@@ -38,7 +38,7 @@ func Rules() []Rule {
 					}
 				}
 			}},
-		{"empty-sysinfo", "normalization: KubeVirt writes empty <bios/>, <baseBoard/> and <chassis/> SMBIOS tables, which libvirt ignores",
+		{"empty-sysinfo", "normalization: KubeVirt writes empty bios, baseBoard and chassis SMBIOS tables, which libvirt ignores",
 			func(kv, ours *Node) {
 				for _, n := range []*Node{kv, ours} {
 					for _, si := range n.Find("sysinfo") {
@@ -57,7 +57,7 @@ func Rules() []Rule {
 					}
 				}
 			}},
-		{"identity", "substitution: the domain UUID, its copy in the SMBIOS system entry and KubeVirt's <metadata> bookkeeping come from the cluster (VMI UID, VM name hash)",
+		{"identity", "substitution: the domain UUID, its copy in the SMBIOS system entry and KubeVirt's metadata element (its bookkeeping) come from the cluster (VMI UID, VM name hash)",
 			func(kv, ours *Node) {
 				for _, n := range []*Node{kv, ours} {
 					n.Remove("uuid", nil)
@@ -74,7 +74,7 @@ func Rules() []Rule {
 				replacePaths(kv)
 				replacePaths(ours)
 			}},
-		{"network-backend", "substitution: the pod network is QEMU's user-mode network on one machine (no pod, no tap, no CNI); KubeVirt plugs a tap device in the pod's network namespace. The backend (interface type, source, target, our QEMU command-line netdev) is removed; model, MAC, alias and ROM are compared, a NIC on our QEMU command line read back as an <interface>",
+		{"network-backend", "substitution: the pod network is QEMU's user-mode network on one machine (no pod, no tap, no CNI); KubeVirt plugs a tap device in the pod's network namespace. The backend (interface type, source, target, our QEMU command-line netdev) is removed; model, MAC, alias and ROM are compared, a NIC on our QEMU command line read back as an interface element",
 			func(kv, ours *Node) {
 				cmdlineNICs(ours)
 				for _, n := range []*Node{kv, ours} {
