@@ -177,6 +177,16 @@ func diskSource(ctx context.Context, vmi *v1.VirtualMachineInstance, v *v1.Volum
 		p, err := claimFile(opts.ClaimDir, v.PersistentVolumeClaim.ClaimName, field+".persistentVolumeClaim.claimName")
 		return source{path: p, readonly: v.PersistentVolumeClaim.ReadOnly}, err
 	case v.DataVolume != nil:
+		for i := range opts.DataVolumeTemplates {
+			if dvt := &opts.DataVolumeTemplates[i]; dvt.Name == v.DataVolume.Name {
+				if err := importDataVolume(ctx, dvt, fmt.Sprintf("spec.dataVolumeTemplates[%d]", i), opts); err != nil {
+					return source{}, err
+				}
+				if opts.DryRun {
+					return source{path: filepath.Join(opts.ClaimDir, dvt.Name, "disk.img"), format: "raw"}, nil
+				}
+			}
+		}
 		p, err := claimFile(opts.ClaimDir, v.DataVolume.Name, field+".dataVolume.name")
 		return source{path: p}, err
 	case v.Ephemeral != nil:

@@ -42,6 +42,9 @@ type DomainOptions struct {
 	// image or folder is created (files in ScratchDir, which the launcher
 	// removes, and the image cache are still made).
 	DryRun bool
+	// DataVolumeTemplates are the VM's; a dataVolume volume naming one is
+	// imported into ClaimDir first when its claim has no disk image yet.
+	DataVolumeTemplates []v1.DataVolumeTemplateSpec
 }
 
 // Conversion is a VMI turned into a domain, with what the launcher should

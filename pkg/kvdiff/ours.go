@@ -40,7 +40,7 @@ func (s Sandbox) Ours(ctx context.Context, data []byte, input string) (string, e
 	if err != nil {
 		return "", err
 	}
-	images, err := s.images(dir, vmi)
+	images, err := s.images(dir, vmi, doc.DataVolumeTemplates)
 	if err != nil {
 		return "", err
 	}
@@ -50,7 +50,7 @@ func (s Sandbox) Ours(ctx context.Context, data []byte, input string) (string, e
 		switch {
 		case v.PersistentVolumeClaim != nil:
 			name = v.PersistentVolumeClaim.ClaimName
-		case v.DataVolume != nil:
+		case v.DataVolume != nil && !hasTemplate(doc.DataVolumeTemplates, v.DataVolume.Name):
 			name = v.DataVolume.Name
 		case v.Ephemeral != nil && v.Ephemeral.PersistentVolumeClaim != nil:
 			name = v.Ephemeral.PersistentVolumeClaim.ClaimName
@@ -73,7 +73,7 @@ func (s Sandbox) Ours(ctx context.Context, data []byte, input string) (string, e
 	}
 	conv, err := converter.Convert(ctx, vmi, converter.DomainOptions{
 		Accel: converter.AccelTCG, Images: images, ConsoleLog: filepath.Join(dir, "console.log"),
-		ScratchDir: scratch, ClaimDir: claims,
+		ScratchDir: scratch, ClaimDir: claims, DataVolumeTemplates: doc.DataVolumeTemplates,
 		OVMF:     fakeOVMF(dir),
 		HostPort: func(string, int) (int, error) { return 0, nil },
 	})
@@ -83,9 +83,18 @@ func (s Sandbox) Ours(ctx context.Context, data []byte, input string) (string, e
 	return conv.Domain.Marshal()
 }
 
+func hasTemplate(dvts []v1.DataVolumeTemplateSpec, name string) bool {
+	for _, d := range dvts {
+		if d.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
 // images makes an image folder that holds every image the VMI names, each
 // with a disk under /disk and the kernel-boot files it names.
-func (s Sandbox) images(dir string, vmi *v1.VirtualMachineInstance) (*converter.ImageStore, error) {
+func (s Sandbox) images(dir string, vmi *v1.VirtualMachineInstance, dvts []v1.DataVolumeTemplateSpec) (*converter.ImageStore, error) {
 	root := filepath.Join(dir, "images")
 	index := map[string]string{}
 	add := func(ref string, files ...string) error {
@@ -110,6 +119,13 @@ func (s Sandbox) images(dir string, vmi *v1.VirtualMachineInstance) (*converter.
 			}
 		}
 		return nil
+	}
+	for _, d := range dvts {
+		if r := d.Spec.Source; r != nil && r.Registry != nil && r.Registry.URL != nil {
+			if err := add(strings.TrimPrefix(*r.Registry.URL, "docker://"), "/disk/disk.qcow2"); err != nil {
+				return nil, err
+			}
+		}
 	}
 	for _, v := range vmi.Spec.Volumes {
 		if cd := v.ContainerDisk; cd != nil {

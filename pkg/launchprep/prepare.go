@@ -121,7 +121,7 @@ func Prepare(ctx context.Context, o Options) (*Prepared, launcherapi.ExitCode) {
 		Annotations:        vmi.Annotations,
 		GracePeriodSeconds: vmi.Spec.TerminationGracePeriodSeconds,
 	}}
-	if code, ok := p.prepare(ctx, a, vmi, o); !ok {
+	if code, ok := p.prepare(ctx, a, vmi, doc.DataVolumeTemplates, o); !ok {
 		p.Abandon()
 		return nil, code
 	}
@@ -130,7 +130,7 @@ func Prepare(ctx context.Context, o Options) (*Prepared, launcherapi.ExitCode) {
 
 // prepare makes the launch's folders and files, starts the reaper and
 // converts the VMI; on failure the caller abandons what was made.
-func (p *Prepared) prepare(ctx context.Context, a launcherapi.Args, vmi *v1.VirtualMachineInstance, o Options) (launcherapi.ExitCode, bool) {
+func (p *Prepared) prepare(ctx context.Context, a launcherapi.Args, vmi *v1.VirtualMachineInstance, dataVolumes []v1.DataVolumeTemplateSpec, o Options) (launcherapi.ExitCode, bool) {
 	log := p.log
 	usage := func(flag string, err error) (launcherapi.ExitCode, bool) {
 		fmt.Fprintf(o.Stderr, "virt-launcher: %s: %v\n", flag, err)
@@ -198,7 +198,7 @@ func (p *Prepared) prepare(ctx context.Context, a launcherapi.Args, vmi *v1.Virt
 			return launcherapi.ExitInternal, false
 		}
 	}
-	conv, err := converter.Convert(ctx, vmi, converter.DomainOptions{Accel: accel, Images: images, ConsoleLog: consoleLog, ScratchDir: p.Plan.Scratch, ClaimDir: a.ClaimDir, DryRun: a.DryRun})
+	conv, err := converter.Convert(ctx, vmi, converter.DomainOptions{Accel: accel, Images: images, ConsoleLog: consoleLog, ScratchDir: p.Plan.Scratch, ClaimDir: a.ClaimDir, DryRun: a.DryRun, DataVolumeTemplates: dataVolumes})
 	if err != nil {
 		if images == nil {
 			fmt.Fprintf(o.Stderr, "virt-launcher: %s: %v (image folder %s: not readable; build it with `make images` or pass --image-dir)\n", p.Plan.Input, err, a.ImageDir)

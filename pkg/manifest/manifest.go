@@ -71,6 +71,9 @@ type Document struct {
 	// that do not change the one VMI a launch runs (spec.runStrategy, ...).
 	// The launcher says once, at info level, that it ignored them.
 	Ignored []string
+	// DataVolumeTemplates are a VirtualMachine's, which its dataVolume
+	// volumes may name.
+	DataVolumeTemplates []v1.DataVolumeTemplateSpec
 }
 
 // ReadFile reads a manifest from path, or from stdin when path is "-".

@@ -12,7 +12,9 @@ import (
 // vmOnlyFields are VirtualMachine spec fields that do not change the one
 // VMI a launch runs: they steer the VM controller (restarts, data volume
 // creation), which a single launch is not. Read reports them as ignored.
-var vmOnlyFields = []string{"runStrategy", "running", "dataVolumeTemplates", "updateVolumesStrategy"}
+// (dataVolumeTemplates are not among them: Document.DataVolumeTemplates
+// carries them to the launcher, which imports them into the claim folder.)
+var vmOnlyFields = []string{"runStrategy", "running", "updateVolumesStrategy"}
 
 // vmRefused are VirtualMachine spec fields that would change the VMI
 // through cluster objects a launch cannot read.
@@ -84,7 +86,7 @@ func Read(data []byte, input string) (*v1.VirtualMachineInstance, *Document, err
 		Spec: vm.Spec.Template.Spec,
 	}
 	slices.Sort(ignored)
-	return vmi, &Document{Input: input, Kind: kind, Raw: vmiRaw, Ignored: ignored}, nil
+	return vmi, &Document{Input: input, Kind: kind, Raw: vmiRaw, Ignored: ignored, DataVolumeTemplates: vm.Spec.DataVolumeTemplates}, nil
 }
 
 func vmiFrom(raw map[string]any, input string) (*v1.VirtualMachineInstance, *Document, error) {
