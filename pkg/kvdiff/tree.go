@@ -149,19 +149,7 @@ func compare(a, b *Node, path string, out *[]Difference) {
 		*out = append(*out, Difference{Path: path + "#text", KubeVirt: a.Text, Ours: b.Text})
 	}
 	ga, gb := group(a), group(b)
-	names := map[string]bool{}
-	for k := range ga {
-		names[k] = true
-	}
-	for k := range gb {
-		names[k] = true
-	}
-	sorted := make([]string, 0, len(names))
-	for k := range names {
-		sorted = append(sorted, k)
-	}
-	sort.Strings(sorted)
-	for _, name := range sorted {
+	for _, name := range unionKeys(ga, gb) {
 		la, lb := ga[name], gb[name]
 		for i := 0; i < len(la) || i < len(lb); i++ {
 			p := path + "/" + name
@@ -188,7 +176,8 @@ func group(n *Node) map[string][]*Node {
 	return g
 }
 
-func unionKeys(a, b map[string]string) []string {
+// unionKeys is the sorted union of two maps' keys.
+func unionKeys[V any](a, b map[string]V) []string {
 	seen := map[string]bool{}
 	for k := range a {
 		seen[k] = true
@@ -208,7 +197,7 @@ func unionKeys(a, b map[string]string) []string {
 func summary(n *Node) string {
 	var b strings.Builder
 	b.WriteString("<" + n.Name)
-	for _, k := range unionKeys(n.Attrs, nil) {
+	for _, k := range unionKeys(n.Attrs, map[string]string{}) {
 		fmt.Fprintf(&b, " %s=%q", k, n.Attrs[k])
 	}
 	if len(n.Children) == 0 && n.Text == "" {
