@@ -166,10 +166,15 @@ func Convert(ctx context.Context, vmi *v1.VirtualMachineInstance, opts DomainOpt
 	dom.Devices.Controllers = append(dom.Devices.Controllers,
 		libvirtxml.DomainController{Type: "scsi", Index: ptr(uint(0)), Model: model},
 		libvirtxml.DomainController{Type: "virtio-serial", Index: ptr(uint(0)), Model: model})
-	// The guest agent's channel; libvirt makes its socket in the domain's
-	// channel folder.
+	// The guest agent's channel. Its socket goes into the per-VMI folder:
+	// the path libvirt would pick under an embedded root is longer than a
+	// unix socket path may be.
+	qga := &libvirtxml.DomainChardevSourceUNIX{}
+	if opts.ScratchDir != "" {
+		qga = &libvirtxml.DomainChardevSourceUNIX{Mode: "bind", Path: filepath.Join(opts.ScratchDir, "qga.sock")}
+	}
 	dom.Devices.Channels = []libvirtxml.DomainChannel{{
-		Source: &libvirtxml.DomainChardevSource{UNIX: &libvirtxml.DomainChardevSourceUNIX{}},
+		Source: &libvirtxml.DomainChardevSource{UNIX: qga},
 		Target: &libvirtxml.DomainChannelTarget{VirtIO: &libvirtxml.DomainChannelTargetVirtIO{Name: "org.qemu.guest_agent.0"}},
 	}}
 	setBalloon(dom, vmi)

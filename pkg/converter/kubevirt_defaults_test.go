@@ -62,6 +62,11 @@ func TestKubeVirtDefaultDevices(t *testing.T) {
 				t.Fatal(err)
 			}
 			d := roundTrip(t, conv.Domain)
+			// libvirt's own channel path under an embedded root is too
+			// long for a unix socket: the launcher names a short one.
+			if ch := d.Devices.Channels; len(ch) != 1 || ch[0].Source.UNIX.Path != filepath.Join(scratch, "qga.sock") {
+				t.Errorf("guest agent channel = %+v, want its socket at %s", ch, filepath.Join(scratch, "qga.sock"))
+			}
 			if diff := cmp.Diff(c.balloon, d.Devices.MemBalloon, noXMLName); diff != "" {
 				t.Errorf("balloon (-want +got):\n%s", diff)
 			}

@@ -69,10 +69,18 @@ func Rules() []Rule {
 					}
 				}
 			}},
-		{"paths", "substitution: files live in the launcher's per-VMI folder, image folder and claim folder instead of a pod's /var/run/kubevirt* mounts and the image's /usr/share/OVMF",
+		{"paths", "substitution: files live in the launcher's per-VMI folder, image folder and claim folder instead of a pod's /var/run/kubevirt* mounts and the image's /usr/share/OVMF; the guest agent's socket is named in the per-VMI folder, where KubeVirt leaves it to libvirt",
 			func(kv, ours *Node) {
 				replacePaths(kv)
 				replacePaths(ours)
+				// The guest agent's socket: libvirt's own path in a pod,
+				// ours in the per-VMI folder (libvirt's under an embedded
+				// root is too long for a unix socket).
+				for _, n := range []*Node{kv, ours} {
+					for _, c := range n.Find("devices/channel") {
+						c.Remove("source", nil)
+					}
+				}
 			}},
 		{"network-backend", "substitution: the pod network is QEMU's user-mode network on one machine (no pod, no tap, no CNI); KubeVirt plugs a tap device in the pod's network namespace. The backend (interface type, source, target, our QEMU command-line netdev) is removed; model, MAC, alias and ROM are compared, a NIC on our QEMU command line read back as an interface element",
 			func(kv, ours *Node) {
