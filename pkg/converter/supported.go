@@ -100,6 +100,7 @@ var refusedWhy = map[string]string{
 	"spec.priorityClassName":                       "pod priority is a scheduler setting; one launch has no scheduler",
 	"spec.domain.cpu.dedicatedCpuPlacement":        "dedicated CPUs need the kubelet's CPU manager",
 	"spec.domain.cpu.isolateEmulatorThread":        "dedicated CPUs need the kubelet's CPU manager",
+	"spec.domain.devices.interfaces[].sriov":       "SR-IOV functions are another node's hardware, handed over by a device plugin",
 	"spec.networks[].multus.networkName":           "secondary networks need Multus and a CNI; one machine has only the pod network",
 	"spec.domain.devices.gpus[].deviceName":        "GPUs are another node's hardware, handed over by a device plugin",
 	"spec.domain.devices.gpus[].claimName":         "GPUs are another node's hardware, handed over by DRA",
