@@ -22,9 +22,6 @@ import (
 	"kubevirt.io/kubevirt/pkg/virt-launcher/virtwrap/api"
 	"kubevirt.io/kubevirt/pkg/virt-launcher/virtwrap/converter"
 	"kubevirt.io/kubevirt/pkg/virt-launcher/virtwrap/converter/arch"
-	"kubevirt.io/kubevirt/pkg/virt-launcher/virtwrap/device/hostdevice/generic"
-	"kubevirt.io/kubevirt/pkg/virt-launcher/virtwrap/device/hostdevice/gpu"
-	"kubevirt.io/kubevirt/pkg/virt-launcher/virtwrap/device/hostdevice/sriov"
 )
 
 // The folders virt-launcher's flags default to (cmd/virt-launcher).
@@ -104,7 +101,10 @@ func vmiFromVM(vm *v1.VirtualMachine, cfg *virtconfig.ClusterConfig, objs *objec
 // converterContext is virt-launcher's generateConverterContext
 // (pkg/virt-launcher/virtwrap/manager.go) with the options virt-handler
 // sends (pkg/virt-handler/options.go) for a default cluster: no block
-// volumes, no hotplug, no host CPU topology, containerDisks in qcow2.
+// volumes, no hotplug, no host CPU topology, containerDisks in qcow2, and
+// no host devices (SR-IOV, GPUs, USB: another node's hardware, whose
+// device plugins hand them over; leaving them out keeps kvrender free of
+// libvirt's cgo bindings, which those packages link).
 func converterContext(vmi *v1.VirtualMachineInstance, cfg *virtconfig.ClusterConfig) (*converter.ConverterContext, error) {
 	c := &converter.ConverterContext{
 		Architecture:          arch.NewConverter("amd64"),
@@ -144,16 +144,6 @@ func converterContext(vmi *v1.VirtualMachineInstance, cfg *virtconfig.ClusterCon
 		c.EFIConfiguration = &converter.EFIConfiguration{
 			EFICode: filepath.Join(ovmfDir, code), EFIVars: filepath.Join(ovmfDir, vars), SecureLoader: secureBoot,
 		}
-	}
-	var err error
-	if c.SRIOVDevices, err = sriov.CreateHostDevices(vmi); err != nil {
-		return nil, fmt.Errorf("SR-IOV devices: %w", err)
-	}
-	if c.GenericHostDevices, err = generic.CreateHostDevices(vmi.Spec.Domain.Devices.HostDevices); err != nil {
-		return nil, fmt.Errorf("host devices: %w", err)
-	}
-	if c.GPUHostDevices, err = gpu.CreateHostDevices(vmi.Spec.Domain.Devices.GPUs); err != nil {
-		return nil, fmt.Errorf("GPUs: %w", err)
 	}
 	return c, nil
 }
