@@ -275,7 +275,7 @@ func TestReadVM(t *testing.T) {
 	for _, tt := range []struct{ name, in, field, msg string }{
 		{"template typo", strings.Replace(vmDump, "          guest:", "          gest:", 1), "spec.template.spec.domain.memory.gest", "unknown field"},
 		{"no template", strings.SplitN(vmDump, "  template:", 2)[0], "spec.template", "must be set"},
-		{"instancetype", strings.Replace(vmDump, "  runStrategy: Always\n", "  instancetype: {name: u1.small}\n", 1), "spec.instancetype", "cluster objects"},
+		{"instancetype", strings.Replace(vmDump, "  runStrategy: Always\n", "  instancetype: {name: u1.small}\n", 1), "spec.instancetype", `VirtualMachineClusterInstancetype "u1.small" is a cluster object`},
 		{"sidecar hook", strings.Replace(vmDump, "      annotations: {a: b}", "      annotations: {hooks.kubevirt.io/hookSidecars: '[]'}", 1), "spec.template.metadata.annotations[hooks.kubevirt.io/hookSidecars]", "no sidecars"},
 		{"pod", strings.Replace(vmDump, "kind: VirtualMachine", "kind: Pod", 1), "kind", `want "VirtualMachineInstance" or "VirtualMachine"`},
 	} {
