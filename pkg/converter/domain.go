@@ -3,6 +3,7 @@ package converter
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -98,6 +99,12 @@ func Convert(ctx context.Context, vmi *v1.VirtualMachineInstance, opts DomainOpt
 			return nil, fmt.Errorf("claim folder %s: %w", opts.ClaimDir, err)
 		}
 		opts.ClaimDir = abs
+	}
+	if opts.ScratchDir != "" {
+		// QEMU binds the display's and the guest agent's sockets there.
+		if err := os.MkdirAll(opts.ScratchDir, 0o700); err != nil {
+			return nil, fmt.Errorf("creating the per-VMI folder: %w", err)
+		}
 	}
 	if opts.DryRun && opts.HostPort == nil {
 		opts.HostPort = func(string, int) (int, error) { return 0, nil }

@@ -2,6 +2,7 @@ package converter
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -56,7 +57,8 @@ func TestKubeVirtDefaultDevices(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			vmi := baseVMI()
 			c.edit(vmi)
-			scratch := t.TempDir()
+			// A folder that does not exist yet: QEMU binds sockets in it.
+			scratch := filepath.Join(t.TempDir(), "scratch")
 			conv, err := Convert(context.Background(), vmi, DomainOptions{Accel: AccelTCG, Images: images, ScratchDir: scratch, OVMF: ovmf})
 			if err != nil {
 				t.Fatal(err)
@@ -69,6 +71,9 @@ func TestKubeVirtDefaultDevices(t *testing.T) {
 			}
 			if diff := cmp.Diff(c.balloon, d.Devices.MemBalloon, noXMLName); diff != "" {
 				t.Errorf("balloon (-want +got):\n%s", diff)
+			}
+			if fi, err := os.Stat(scratch); err != nil || !fi.IsDir() {
+				t.Errorf("per-VMI folder %s not made: %v", scratch, err)
 			}
 			if c.video == nil {
 				if len(d.Devices.Videos)+len(d.Devices.Graphics) != 0 {
