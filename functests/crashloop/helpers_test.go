@@ -141,11 +141,10 @@ func (w *workspace) firedFaults(name string, attempt int) string {
 	if !ok {
 		return ""
 	}
-	list, _ := sched.Details["faults"].([]any)
 	var names []string
-	for _, x := range list {
-		if m, ok := x.(map[string]any); ok {
-			names = append(names, fmt.Sprint(m["fault"]))
+	if sched.Scheduled != nil {
+		for _, d := range sched.Scheduled.Faults {
+			names = append(names, d.Fault)
 		}
 	}
 	sort.Strings(names)

@@ -30,7 +30,7 @@ var _ = Describe("the launcher image", func() {
 		Expect(c.Events()[0].Event).To(Equal(launcherapi.EventScheduled), "the first line")
 		Expect(sched.VMI).To(Equal(c.Name))
 		if !nodeKVM() {
-			Expect(sched.Details["accel"]).To(Equal("tcg"))
+			Expect(sched.Scheduled.Accel).To(Equal("tcg"))
 		}
 		Expect(c.Inspect("{{.HostConfig.Privileged}}")).To(Equal("false"))
 

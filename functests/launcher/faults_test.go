@@ -65,7 +65,7 @@ var _ = Describe("the fault catalog", func() {
 			_, failed := r.Find(launcherapi.EventFailed)
 			_, succeeded := r.Find(launcherapi.EventSucceeded)
 			Expect(failed || succeeded).To(BeFalse(), "a crashed launcher writes no final event")
-			Expect(fired(r, "launcher-crash").Details["at"]).To(Equal(at))
+			Expect(fired(r, "launcher-crash").Fired.At).To(Equal(at))
 			Expect(r.stderr.String()).To(ContainSubstring("Simulated virt-launcher crash"))
 			Eventually(r.RuntimeEntries).WithTimeout(5*time.Second).Should(BeEmpty(), "the reaper removes the libvirt state")
 		},
@@ -169,7 +169,7 @@ var _ = Describe("the fault catalog", func() {
 		expectFinal(r, "Succeeded", "GuestShutdown", 0)
 		r.ConsoleHas("HARNESS-DISK-READ-ERROR", time.Second)
 		r.ConsoleHas("I/O error", time.Second)
-		Expect(fired(r, "disk-io-error").Details["device"]).To(Equal("vda"))
+		Expect(fired(r, "disk-io-error").Fired.Device).To(Equal("vda"))
 	})
 
 	It("a disk without the fault reads fine (the control for disk-io-error)", func() {
@@ -177,7 +177,7 @@ var _ = Describe("the fault catalog", func() {
 		expectFinal(r, "Succeeded", "GuestShutdown", 0)
 		r.ConsoleHas("HARNESS-DISK-READ-OK", time.Second)
 		sched, _ := r.Find(launcherapi.EventScheduled)
-		Expect(sched.Details["faults"]).To(BeEmpty(), "a VMI that asked for no fault gets none")
+		Expect(scheduled(sched).Faults).To(BeEmpty(), "a VMI that asked for no fault gets none")
 	})
 
 	It("a count-limited annotation fires on the first N attempts only", func() {

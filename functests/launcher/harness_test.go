@@ -275,8 +275,8 @@ func final(ev launcherapi.Event) (string, string, int) {
 	return ev.Phase, ev.Reason, code
 }
 
-func detailSeconds(ev launcherapi.Event, key string) float64 {
-	v, ok := ev.Details[key].(float64)
-	Expect(ok).To(BeTrue(), "event %s has no numeric %s: %v", ev.Event, key, ev.Details)
-	return v
+// scheduled is a Scheduled event's values.
+func scheduled(ev launcherapi.Event) *launcherapi.ScheduledDetails {
+	Expect(ev.Scheduled).NotTo(BeNil(), "event %s carries no Scheduled values", ev.Event)
+	return ev.Scheduled
 }

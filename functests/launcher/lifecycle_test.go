@@ -24,7 +24,7 @@ var _ = Describe("a VM's lifecycle", func() {
 		Expect(sched.Phase).To(Equal(launcherapi.PhaseScheduled))
 		Expect(sched.VMI).To(Equal(r.Name))
 		Expect(sched.Time.IsZero()).To(BeFalse())
-		drawn := detailSeconds(sched, "qemuTimeoutSeconds")
+		drawn := scheduled(sched).QemuTimeoutSeconds
 		Expect(drawn).To(BeNumerically(">=", 240))
 		Expect(drawn).To(BeNumerically("<", 360))
 
@@ -46,7 +46,7 @@ var _ = Describe("a VM's lifecycle", func() {
 		const base, jitter = 3 * time.Second, 2 * time.Second
 		r := Start(VMISpec{}, "--qemu-timeout", base.String(), "--qemu-timeout-jitter", jitter.String(), "--fault", "qemu-hang")
 		sched := r.Next(10 * time.Second)
-		drawn := time.Duration(detailSeconds(sched, "qemuTimeoutSeconds") * float64(time.Second))
+		drawn := time.Duration(scheduled(sched).QemuTimeoutSeconds * float64(time.Second))
 		Expect(drawn).To(BeNumerically(">=", base))
 		Expect(drawn).To(BeNumerically("<", base+jitter))
 		end := r.WaitFor(launcherapi.EventFailed, 30*time.Second)
@@ -62,10 +62,10 @@ var _ = Describe("a VM's lifecycle", func() {
 	})
 
 	It("draws the same timeout for the same seed", func() {
-		var drawn []any
+		var drawn []string
 		for i := 0; i < 2; i++ {
 			r := Start(VMISpec{}, "--seed", "1234", "--simulate-crash=false", "--fault", "libvirt-error=at=define")
-			drawn = append(drawn, r.Next(10 * time.Second).Details["qemuTimeout"])
+			drawn = append(drawn, scheduled(r.Next(10*time.Second)).QemuTimeout)
 			Expect(r.Exit(20 * time.Second)).To(Equal(11))
 		}
 		Expect(drawn[0]).To(Equal(drawn[1]))

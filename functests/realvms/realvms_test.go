@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -152,17 +153,15 @@ func ptr[T any](v T) *T { return &v }
 // forwardedPort is the host address of the Running event's port named
 // name.
 func forwardedPort(running launcherapi.Event, name string) string {
-	ports, ok := running.Details["ports"].([]any)
-	Expect(ok).To(BeTrue(), "Running has no ports: %v", running.Details)
-	for _, p := range ports {
-		m, _ := p.(map[string]any)
-		if m["name"] == name {
-			Expect(m).To(HaveKeyWithValue("protocol", "TCP"))
-			Expect(m).To(HaveKeyWithValue("interface", "default"))
-			return net.JoinHostPort(fmt.Sprint(m["hostIP"]), fmt.Sprint(m["hostPort"]))
+	Expect(running.Running).NotTo(BeNil(), "Running carries no values")
+	for _, p := range running.Running.Ports {
+		if p.Name == name {
+			Expect(p.Protocol).To(Equal("TCP"))
+			Expect(p.Interface).To(Equal("default"))
+			return net.JoinHostPort(p.HostAddress, strconv.Itoa(p.HostPort))
 		}
 	}
-	Fail(fmt.Sprintf("no port %q in %v", name, ports))
+	Fail(fmt.Sprintf("no port %q in %+v", name, running.Running.Ports))
 	return ""
 }
 
