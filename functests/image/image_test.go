@@ -91,7 +91,7 @@ var _ = Describe("the launcher image", func() {
 		phase, reason, code := final(end)
 		Expect(phase).To(Equal(launcherapi.PhaseFailed))
 		// Killed after Running is a crash, before it a QEMU failure.
-		_, ran := c.find(launcherapi.EventRunning)
+		_, ran := c.Find(launcherapi.EventRunning)
 		if ran {
 			Expect([]any{reason, code}).To(Equal([]any{launcherapi.ReasonVMCrashed, 13}))
 		} else {

@@ -10,8 +10,10 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/crashloop-harness/crashloop/functests/built"
+	"github.com/crashloop-harness/crashloop/functests/testguest"
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/qemu"
 )
@@ -38,7 +40,7 @@ var _ = Describe("a VM's lifecycle", func() {
 		phase, reason, code := final(end)
 		Expect([]any{phase, reason, code}).To(Equal([]any{"Succeeded", "GuestShutdown", 0}))
 		Expect(r.Exit(20 * time.Second)).To(Equal(0))
-		r.ConsoleHas("HARNESS-POWEROFF-NOW", time.Second)
+		r.ConsoleShows("HARNESS-POWEROFF-NOW", time.Second)
 		Expect(r.RuntimeEntries()).To(BeEmpty(), "per-VMI libvirt state must be removed")
 	})
 
@@ -80,7 +82,7 @@ var _ = Describe("a VM's lifecycle", func() {
 		Expect([]any{phase, reason, code}).To(Equal([]any{"Succeeded", "Stopped", 0}))
 		Expect(end.Message).To(ContainSubstring("within the grace period"))
 		Expect(r.Exit(20 * time.Second)).To(Equal(0))
-		r.ConsoleHas("HARNESS-POWER-BUTTON", time.Second)
+		r.ConsoleShows("HARNESS-POWER-BUTTON", time.Second)
 		Expect(r.RuntimeEntries()).To(BeEmpty())
 	})
 
@@ -129,9 +131,8 @@ var _ = Describe("bad input", func() {
 	DescribeTable("gives one clear message, a distinct exit code, and starts nothing",
 		func(args func() []string, wantCode int, wantMsg ...string) {
 			runtime := filepath.Join(dir, "run")
-			full := append([]string{"--image-dir", built.ImageDir(), "--runtime-dir", runtime,
-				"--console-log", filepath.Join(dir, "console.log")}, args()...)
-			cmd := exec.Command(built.Launcher(), full...)
+			full := launcherapi.Args{ImageDir: built.ImageDir(), RuntimeDir: runtime, ConsoleLog: filepath.Join(dir, "console.log"), Extra: args()}
+			cmd := exec.Command(built.Launcher(), full.Build()...)
 			var stdout, stderr strings.Builder
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			err := cmd.Run()
@@ -155,15 +156,16 @@ var _ = Describe("bad input", func() {
 			"edited.yaml", "field kind", `want "VirtualMachineInstance" or "VirtualMachine"`),
 		Entry("a misspelled field", func() []string { return []string{edit("guest: 256Mi", "gest: 256Mi")} }, 5, "spec.domain.memory.gest", "unknown field"),
 		Entry("nothing to boot", func() []string {
-			b, _ := os.ReadFile(good())
-			s := string(b)
-			s = s[:strings.Index(s, "    firmware:")] + "    devices: {}\n"
+			vmi := testguest.VMI(testguest.Spec{Name: "noboot", Namespace: namespace})
+			vmi.Spec.Domain.Firmware, vmi.Spec.Domain.Devices, vmi.Spec.Volumes = nil, v1.Devices{}, nil
+			s, err := testguest.Manifest(vmi)
+			Expect(err).NotTo(HaveOccurred())
 			return []string{write("noboot.yaml", s)}
 		}, 5, "noboot.yaml", "spec.domain.firmware.kernelBoot", "nothing to boot"),
 		Entry("an unknown image", func() []string {
-			return []string{edit("image: localhost/crashloop/test-guest:latest", "image: quay.io/nope:1")}
+			return []string{edit("image: "+testguest.Image, "image: quay.io/nope:1")}
 		}, 5,
-			`unknown image "quay.io/nope:1"`, "localhost/crashloop/test-guest:latest"),
+			`unknown image "quay.io/nope:1"`, testguest.Image),
 		Entry("an unsupported field", func() []string {
 			return []string{edit("  volumes:", "  networks:\n    - name: default\n      multus: {networkName: x}\n  volumes:")}
 		}, 5, "spec.networks[0].multus.networkName", "not supported"),
