@@ -34,8 +34,8 @@ var _ = Describe("the launcher image", func() {
 		}
 		Expect(c.Inspect("{{.HostConfig.Privileged}}")).To(Equal("false"))
 
-		// The first launch of a suite probes QEMU's capabilities (about
-		// 40 s while the launcher does not reap during the probe).
+		// The first launch of a suite probes QEMU's capabilities, which
+		// takes far longer than a warm start.
 		running := c.WaitFor(launcherapi.EventRunning, 180*time.Second)
 		Expect(running.Phase).To(Equal(launcherapi.PhaseRunning))
 		ready := c.WaitFor(launcherapi.EventGuestReady, 120*time.Second)

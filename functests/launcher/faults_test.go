@@ -134,8 +134,8 @@ var _ = Describe("the fault catalog", func() {
 		end := expectFinal(r, "Failed", "QemuFailed", 12)
 		Expect(end.Message).To(ContainSubstring(faults.BadKernelPath))
 		sched, _ := r.Find(launcherapi.EventScheduled)
-		// A QEMU that exits at once must be seen at once (a zombie left
-		// unreaped once made libvirt wait 80 s here).
+		// A QEMU that exits at once must be seen at once (libvirt waits a
+		// long time on a zombie left unreaped).
 		Expect(end.Time.Sub(sched.Time)).To(BeNumerically("<", 10*time.Second))
 	})
 
