@@ -106,7 +106,7 @@ type ScheduledDetails struct {
 func (d ScheduledDetails) StartTimeout() (time.Duration, error) {
 	t, err := time.ParseDuration(d.QemuTimeout)
 	if err != nil {
-		return 0, fmt.Errorf("Scheduled event: qemuTimeout %q: %w", d.QemuTimeout, err)
+		return 0, fmt.Errorf("the Scheduled event's qemuTimeout %q: %w", d.QemuTimeout, err)
 	}
 	return t, nil
 }
