@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -134,7 +135,7 @@ func (l *Launch) args(manifest string) []string {
 
 // read collects the event lines (and keeps them in events.jsonl), then
 // waits for the process.
-func (l *Launch) read(stdout interface{ Read([]byte) (int, error) }, logFile *os.File) {
+func (l *Launch) read(stdout io.Reader, logFile *os.File) {
 	file, err := os.Create(filepath.Join(l.Dir, launcherapi.EventsFile))
 	if err != nil {
 		ginkgo.GinkgoWriter.Printf("events file: %v\n", err)
