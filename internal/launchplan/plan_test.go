@@ -11,7 +11,7 @@ import (
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 )
 
-func TestPlanFileRoundTrip(t *testing.T) {
+func TestRunPlanRoundTrip(t *testing.T) {
 	grace := int64(7)
 	args := launcherapi.DefaultArgs()
 	args.Manifest, args.Seed, args.Faults = "-", 9, []string{"qemu-kill=after=2s"}
