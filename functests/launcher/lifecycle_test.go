@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
@@ -181,4 +182,29 @@ var _ = Describe("bad input", func() {
 			return []string{edit("  uid:", "  annotations:\n    faults.crashloop.dev/qemu-kill: \"signal=SIGFOO\"\n  uid:")}
 		}, 5, `annotation "faults.crashloop.dev/qemu-kill"`, "SIGFOO", "SIGKILL"),
 	)
+})
+
+var _ = Describe("the manifest on stdin", func() {
+	It("is read once by the front and handed on: a dry run of - prints what a dry run of the file prints", func() {
+		dir, err := os.MkdirTemp("", "cl-stdin-")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(os.RemoveAll, dir)
+		path := writeVMI(dir, VMISpec{Name: "stdin", UID: "6d3c0000-0000-4000-8000-000000000001"})
+		dryRun := func(manifest string) string {
+			a := launcherapi.Args{ImageDir: built.ImageDir(), RuntimeDir: filepath.Join(dir, "run"), ConsoleLog: filepath.Join(dir, "console.log"),
+				DryRun: true, Accel: launcherapi.AccelTCG, LogLevel: "error", Manifest: manifest}
+			cmd := exec.Command(built.Launcher(), a.Build()...)
+			f, err := os.Open(path)
+			Expect(err).NotTo(HaveOccurred())
+			defer f.Close()
+			cmd.Stdin = f
+			out, err := cmd.Output()
+			Expect(err).NotTo(HaveOccurred())
+			// Each launch has a per-VMI folder of its own.
+			return regexp.MustCompile(`/vmi-[0-9]+`).ReplaceAllString(string(out), "/vmi-N")
+		}
+		fromFile := dryRun(path)
+		Expect(fromFile).To(ContainSubstring("<domain"))
+		Expect(dryRun("-")).To(Equal(fromFile))
+	})
 })
