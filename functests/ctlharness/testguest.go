@@ -2,60 +2,26 @@ package ctlharness
 
 import (
 	"github.com/onsi/gomega"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	v1 "kubevirt.io/api/core/v1"
-	"sigs.k8s.io/yaml"
+
+	"github.com/crashloop-harness/crashloop/functests/testguest"
 )
 
-// TestGuestImage is the image reference of the test guest (images/guest).
-const TestGuestImage = "localhost/crashloop/test-guest:latest"
+// The test guest lives in functests/testguest. These three names are kept
+// only for the cluster suite (functests/cluster), which calls them here;
+// once it calls testguest directly they go.
 
-// DefaultKernelArgs are the test guest's kernel arguments when a suite
-// gives none: a serial console and an immediate reboot (so, with the
-// launcher, an end) on panic.
-const DefaultKernelArgs = "console=ttyS0 quiet panic=-1"
+// DefaultKernelArgs is testguest.KernelArgs.
+const DefaultKernelArgs = testguest.KernelArgs
 
-// TestGuestVM is the VirtualMachine every suite runs: one vCPU, 256 MiB,
-// the test guest booted from its kernel-boot container, and a scratch
-// container disk on virtio, in namespace default. strategy "" leaves
-// spec.runStrategy unset; kernelArgs "" means DefaultKernelArgs.
+// TestGuestVM is testguest.VM.
 func TestGuestVM(name string, strategy v1.VirtualMachineRunStrategy, annotations map[string]string, kernelArgs string) *v1.VirtualMachine {
-	if kernelArgs == "" {
-		kernelArgs = DefaultKernelArgs
-	}
-	grace := int64(10)
-	memory := resource.MustParse("256Mi")
-	vm := &v1.VirtualMachine{
-		TypeMeta:   metav1.TypeMeta{APIVersion: v1.GroupVersion.String(), Kind: "VirtualMachine"},
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: metav1.NamespaceDefault},
-		Spec: v1.VirtualMachineSpec{Template: &v1.VirtualMachineInstanceTemplateSpec{
-			ObjectMeta: metav1.ObjectMeta{Annotations: annotations},
-			Spec: v1.VirtualMachineInstanceSpec{
-				TerminationGracePeriodSeconds: &grace,
-				Domain: v1.DomainSpec{
-					CPU:    &v1.CPU{Cores: 1},
-					Memory: &v1.Memory{Guest: &memory},
-					Firmware: &v1.Firmware{KernelBoot: &v1.KernelBoot{
-						KernelArgs: kernelArgs,
-						Container:  &v1.KernelBootContainer{Image: TestGuestImage, KernelPath: "/boot/vmlinuz", InitrdPath: "/boot/initrd.img"},
-					}},
-					Devices: v1.Devices{Disks: []v1.Disk{{Name: "scratch", DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{Bus: v1.DiskBusVirtio}}}}},
-				},
-				Volumes: []v1.Volume{{Name: "scratch", VolumeSource: v1.VolumeSource{ContainerDisk: &v1.ContainerDiskSource{Image: TestGuestImage}}}},
-			},
-		}},
-	}
-	if strategy != "" {
-		vm.Spec.RunStrategy = &strategy
-	}
-	return vm
+	return testguest.VM(name, strategy, annotations, kernelArgs)
 }
 
-// Manifest renders a VirtualMachine as the YAML file a suite hands to
-// virt-controller.
+// Manifest is testguest.Manifest, asserting with gomega.
 func Manifest(vm *v1.VirtualMachine) string {
-	data, err := yaml.Marshal(vm)
+	m, err := testguest.Manifest(vm)
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
-	return string(data)
+	return m
 }
