@@ -25,7 +25,6 @@ import (
 
 	"github.com/crashloop-harness/crashloop/functests/built"
 	"github.com/crashloop-harness/crashloop/functests/cluster"
-	"github.com/crashloop-harness/crashloop/functests/ctlharness"
 	"github.com/crashloop-harness/crashloop/functests/testguest"
 	"github.com/crashloop-harness/crashloop/pkg/memcg"
 	"github.com/crashloop-harness/crashloop/pkg/nodeagent"
