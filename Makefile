@@ -66,6 +66,7 @@ cloud-image: deps
 build: deps
 	$(GO) build -o $(BIN)/ ./cmd/...
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/virt-launcher ./cmd/virt-launcher-convert
+	GO=$(GO) kubevirtmode/build.sh $(BIN)
 
 ## clusterlite: build etcd, kube-apiserver and KubeVirt's virt-controller/virt-api from Go modules (tools/clusterlite);
 ##   KUBEVIRT_VERSION=vX.Y.Z: another KubeVirt release, into _build/clusterlite/kubevirt-vX.Y.Z/bin;
@@ -103,7 +104,8 @@ fuzz: deps
 lint: deps
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	@set -e; for m in tools/clusterlite/*/; do (cd $$m && $(GO) vet ./...); done
+	@set -e; for m in tools/clusterlite/*/ kubevirtmode/; do (cd $$m && $(GO) vet ./...); done
+	cd kubevirtmode && $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
 ## functest: the ginkgo suites on real VMs (the image suite runs the launcher image); one JUnit file per suite in _build/junit/

@@ -234,8 +234,15 @@ func (p *pod) stopHandler() {
 	}
 }
 
-// socket is the launcher socket on the host.
-func (p *pod) socket() string { return filepath.Join(p.public, "sockets", "launcher-sock") }
+// socket is the launcher socket on the host: in the pod's sockets
+// volume, where virt-handler finds it (cmdclient.SocketFilePathOnHost);
+// for the binary run directly, sockets/ of the share folder.
+func (p *pod) socket() string {
+	if p.cid == "" {
+		return filepath.Join(p.public, "sockets", "launcher-sock")
+	}
+	return filepath.Join(p.root, "volumes", "sockets", "launcher-sock")
+}
 
 // connect waits for the ready socket and makes virt-handler's client.
 func (p *pod) connect() cmdclient.LauncherClient {
