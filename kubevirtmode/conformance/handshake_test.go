@@ -41,7 +41,7 @@ var _ = Describe("the launcher socket", func() {
 			} else {
 				Expect(podmanKill(p, "TERM")).To(Succeed())
 			}
-			Expect(p.waitExit(30*time.Second)).To(Equal(0))
+			Expect(p.waitExit(30 * time.Second)).To(Equal(0))
 			_, err = os.Stat(p.socket())
 			Expect(os.IsNotExist(err)).To(BeTrue(), "the socket is removed on exit")
 		})

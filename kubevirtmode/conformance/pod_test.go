@@ -352,3 +352,10 @@ func podmanKill(p *pod, sig string) error {
 	}
 	return nil
 }
+
+// restartHandler starts a new notify server and pipe (virt-handler back).
+func (p *pod) restartHandler() {
+	p.stopSrv, p.srvDone = make(chan struct{}), make(chan struct{})
+	_ = os.Remove(filepath.Join(p.public, "domain-notify-pipe.sock"))
+	p.startHandler()
+}
