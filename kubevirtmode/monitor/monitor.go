@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync"
 	"syscall"
@@ -53,12 +54,15 @@ type Monitor struct {
 	changed      chan struct{} // closed and replaced on every change
 	exit         chan int      // the code the monitor ends with
 	deletedCh    chan struct{}
+	// die ends the process at once with a crashed launcher's code.
+	die func(code int)
 }
 
 // New makes the monitor of one pod; dir holds the launch folders.
 func New(f Flags, dir string, log *slog.Logger, stderr io.Writer) *Monitor {
 	return &Monitor{f: f, log: log, stderr: stderr, dir: dir, notify: newNotifier(f.ShareDir, log),
-		children: map[int]*child{}, changed: make(chan struct{}), exit: make(chan int, 1), deletedCh: make(chan struct{})}
+		children: map[int]*child{}, changed: make(chan struct{}), exit: make(chan int, 1), deletedCh: make(chan struct{}),
+		die: os.Exit}
 }
 
 // broadcast wakes every waiter; call with mu held.
@@ -156,9 +160,11 @@ func (m *Monitor) follow(c *child) {
 	default:
 		// A launcher crash: KubeVirt's virt-launcher-monitor ends with its
 		// launcher's exit code, and virt-handler finds the socket dead.
+		// The whole process goes at once, as KubeVirt's does: an RPC in
+		// flight (SyncVirtualMachine) fails with Unavailable, no notice
+		// is flushed.
 		m.log.Error("the launcher crashed", "pid", c.pid(), "exit", code)
-		m.startErr = fmt.Sprintf("the launcher crashed (exit %d)", code)
-		m.exitWith(code)
+		m.die(code)
 	}
 	if m.cur == c {
 		m.cur, m.running = nil, false

@@ -49,6 +49,16 @@ func Run(ctx context.Context, f Flags, log *slog.Logger, stderr io.Writer) (int,
 	info.RegisterCmdInfoServer(srv, infoServer{})
 	cmdv1.RegisterCmdServer(srv, &server{m: m})
 	go func() { _ = srv.Serve(lis) }()
+	m.die = func(code int) {
+		if f.KeepAfterFailure {
+			// cmd/virt-launcher-monitor: the launcher is gone, the
+			// container stays for debugging.
+			srv.Stop()
+			log.Info("keeping the container alive since --keep-after-failure is set", "exit", code)
+			select {}
+		}
+		os.Exit(code)
+	}
 
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGHUP)
