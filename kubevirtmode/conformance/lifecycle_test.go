@@ -70,6 +70,8 @@ var _ = Describe("the start/stop path", func() {
 		Expect(d.Status.Status).To(Equal(api.Running))
 		Expect(d.Spec.Metadata.KubeVirt.GracePeriod.DeletionGracePeriodSeconds).To(Equal(*p.vmi.Spec.TerminationGracePeriodSeconds))
 
+		Expect(p.qemuPIDs()).To(HaveLen(1), "one QEMU runs the domain")
+
 		// virt-handler calls Sync on every reconcile: the same domain.
 		Expect(c.SyncVirtualMachine(p.vmi, nil)).To(Succeed())
 		Expect(c.Ping()).To(Succeed())
@@ -77,6 +79,7 @@ var _ = Describe("the start/stop path", func() {
 
 		Expect(c.KillVirtualMachine(p.vmi)).To(Succeed())
 		p.waitState(api.Shutoff, api.ReasonDestroyed, 30*time.Second)
+		Eventually(p.qemuPIDs).WithTimeout(10*time.Second).Should(BeEmpty(), "Kill leaves no QEMU, before the pod ends")
 		p.deleteAndExit()
 		AddReportEntry("events-all", describe(p.seen))
 	})

@@ -359,3 +359,21 @@ func (p *pod) restartHandler() {
 	_ = os.Remove(filepath.Join(p.public, "domain-notify-pipe.sock"))
 	p.startHandler()
 }
+
+// qemuPIDs are the host's QEMU processes of the pod's domain.
+func (p *pod) qemuPIDs() []string {
+	want := "guest=" + p.vmi.Namespace + "_" + p.vmi.Name
+	var pids []string
+	files, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		cmdline := strings.ReplaceAll(string(data), "\x00", " ")
+		if strings.Contains(cmdline, "qemu-system") && strings.Contains(cmdline, want) {
+			pids = append(pids, filepath.Base(filepath.Dir(f)))
+		}
+	}
+	return pids
+}
