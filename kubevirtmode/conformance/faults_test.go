@@ -39,6 +39,7 @@ var _ = Describe("faults in KubeVirt mode, as virt-handler sees them", func() {
 		{fault: "libvirt-error", term: "at=start", syncErr: "LibvirtError", exit: -1, k8sEvent: "FaultFired libvirt-error"},
 		{fault: "qemu-bad-config", syncErr: "QemuFailed", exit: -1},
 		{fault: "qemu-hang", extra: []string{"--qemu-timeout", "8s"}, syncErr: "Unavailable", exit: 2},
+		{fault: "qemu-slow-start", term: "after=2s", state: api.Running, reason: api.ReasonUnknown, exit: -1},
 		{fault: "qemu-kill", term: "signal=SIGKILL,after=2s", state: api.Shutoff, reason: api.ReasonCrashed, exit: -1},
 		{fault: "guest-panic", term: "after=1s", state: api.Crashed, reason: api.ReasonPanicked, exit: -1},
 		{fault: "guest-poweroff", term: "after=1s", state: api.Shutoff, reason: api.ReasonShutdown, exit: -1},

@@ -112,6 +112,28 @@ var _ = Describe("the start/stop path", func() {
 		p.deleteAndExit()
 	})
 
+	It("stops the guest gracefully when the pod is deleted (SIGTERM), and exits 0 once the domain is gone", func() {
+		p := runningPod(podSpec{})
+		p.waitGuestReady()
+		start := time.Now()
+		Expect(podmanKill(p, "TERM")).To(Succeed())
+		d := p.waitState(api.Shutoff, api.ReasonShutdown, 30*time.Second)
+		Expect(d.Spec.Metadata.KubeVirt.GracePeriod.MarkedForGracefulShutdown).To(HaveValue(BeTrue()))
+		Expect(p.waitExit(30 * time.Second)).To(Equal(0))
+		AddReportEntry("sigterm-to-exit", time.Since(start).String())
+	})
+
+	It("destroys a guest that ignores the power button at --grace-period-seconds after the pod's SIGTERM", func() {
+		p := runningPod(podSpec{kernelArgs: "console=ttyS0 quiet panic=-1 harness.nopowerbutton",
+			extra: []string{"--grace-period-seconds", "3"}})
+		p.waitGuestReady()
+		start := time.Now()
+		Expect(podmanKill(p, "TERM")).To(Succeed())
+		p.waitState(api.Shutoff, api.ReasonDestroyed, 30*time.Second)
+		Expect(time.Since(start)).To(BeNumerically(">=", 3*time.Second))
+		Expect(p.waitExit(30 * time.Second)).To(Equal(0))
+	})
+
 	It("keeps the domain when virt-handler goes away, and serves a new client and notify server", func() {
 		p := runningPod(podSpec{})
 		p.client.Close()
