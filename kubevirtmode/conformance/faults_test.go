@@ -52,6 +52,21 @@ var _ = Describe("faults in KubeVirt mode, as virt-handler sees them", func() {
 		It(name, func() { runFaultRow(r) })
 	}
 
+	It("reports QEMU OOM-killed by the kernel (a memory limit below its needs) as a crashed domain", func() {
+		p := startPod(podSpec{podman: []string{"--memory", "64m", "--memory-swap", "64m"}})
+		c := p.connect()
+		err := c.SyncVirtualMachine(p.vmi, nil)
+		if err != nil {
+			// killed before Running: a failed start, as for qemu-kill then
+			Expect(err.Error()).To(ContainSubstring("QemuFailed"))
+			AddReportEntry("observed", "Sync: error "+firstLine(err.Error()))
+		} else {
+			p.waitState(api.Shutoff, api.ReasonCrashed, 60*time.Second)
+			AddReportEntry("observed", "Sync: ok; domain events: "+describe(p.seen))
+		}
+		p.deleteAndExit()
+	})
+
 	It("ignores the fail-fast annotation without --simulate-crash: virt-controller turns it into the flag, KubeVirt's launcher never reads it", func() {
 		p := runningPod(podSpec{annotations: map[string]string{faults.FailFastAnnotation: ""}})
 		Expect(p.client.KillVirtualMachine(p.vmi)).To(Succeed())

@@ -50,6 +50,7 @@ type podSpec struct {
 	annotations map[string]string // the VMI's annotations (faults)
 	extra       []string          // compute flags after the rendered ones
 	qemuTimeout string            // --qemu-timeout, default 240s
+	podman      []string          // extra podman run flags (limits)
 }
 
 // pod is one launcher pod and the virt-handler side that watches it.
@@ -149,7 +150,7 @@ func startPod(spec podSpec) *pod {
 		args = append(args, "--crashloop-launcher", built.Launcher(), "--crashloop-image-dir", built.ImageDir())
 		p.cmd = exec.Command(monitorBin(), args...)
 	} else {
-		p.cmd = exec.Command("podman", p.podmanArgs(args)...)
+		p.cmd = exec.Command("podman", p.podmanArgs(args, spec.podman)...)
 	}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	Expect(p.cmd.Start()).To(Succeed())
@@ -166,7 +167,7 @@ func startPod(spec podSpec) *pod {
 // network (the VMI has no interface), the monitor as PID 1 (no --init: a
 // pod's compute container has none), the emptyDirs as volumes, the guest
 // images read-only and the suite's capability cache.
-func (p *pod) podmanArgs(compute []string) []string {
+func (p *pod) podmanArgs(compute, extra []string) []string {
 	p.cid = filepath.Join(p.root, "cid")
 	args := []string{"run", "--rm", "--runtime", "runc", "--network", "none", "--cidfile", p.cid,
 		"--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768",
@@ -175,6 +176,7 @@ func (p *pod) podmanArgs(compute []string) []string {
 	for _, v := range podVolumes {
 		args = append(args, "-v", filepath.Join(p.root, "volumes", v.name)+":"+v.mount)
 	}
+	args = append(args, extra...)
 	args = append(args, "--entrypoint", "/usr/bin/virt-launcher-monitor", image())
 	return append(args, compute...)
 }
