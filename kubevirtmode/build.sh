@@ -15,7 +15,7 @@ go=${GO:-go}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 cd "$here"
-"$go" build -o "$out/" ./cmd/virt-launcher-monitor kubevirt.io/kubevirt/cmd/virt-tail
+"$go" build -ldflags="-s -w" -o "$out/" ./cmd/virt-launcher-monitor kubevirt.io/kubevirt/cmd/virt-tail
 src=$("$go" list -m -f '{{.Dir}}' kubevirt.io/kubevirt)/cmd/container-disk-v2alpha/main.c
 if [[ ! -x $out/container-disk || $src -nt $out/container-disk ]]; then
 	${CC:-gcc} -static -O2 -o "$out/container-disk" "$src"

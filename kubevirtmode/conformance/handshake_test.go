@@ -55,6 +55,16 @@ var _ = Describe("the launcher socket", func() {
 		Expect(os.IsNotExist(err)).To(BeTrue())
 	})
 
+	It("answers Sync with our launcher's own words when it refuses the VMI (a bad fault annotation), and stays up for a retry", func() {
+		p := startPod(podSpec{direct: true, annotations: map[string]string{"faults.crashloop.dev/qemu-kil": ""}})
+		c := p.connect()
+		err := c.SyncVirtualMachine(p.vmi, nil)
+		Expect(err).To(MatchError(And(ContainSubstring("the launcher refused the VMI (exit 5)"), ContainSubstring(`faults.crashloop.dev/qemu-kil`))))
+		Expect(c.Ping()).To(Succeed())
+		Expect(c.DeleteDomain(p.vmi)).To(Succeed())
+		Expect(p.waitExit(30 * time.Second)).To(Equal(0))
+	})
+
 	It("refuses a command line virt-controller would not render, naming the flag", func() {
 		p := startPod(podSpec{direct: true, extra: []string{"--hook-sidecars", "2"}})
 		Expect(p.waitExit(10 * time.Second)).To(Equal(3))

@@ -2,12 +2,15 @@ package monitor
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -27,6 +30,7 @@ const childGrace = 24 * time.Hour
 // child is one run of our launcher pipeline on the VMI.
 type child struct {
 	cmd    *exec.Cmd
+	tail   *lastLine              // the launcher's last stderr line, for a refusal's message
 	events chan launcherapi.Event // closed at the end of its stdout
 	exited chan syscall.WaitStatus
 }
@@ -37,7 +41,12 @@ type child struct {
 // reads it (virt-controller turns it into --simulate-crash), so neither
 // does our child.
 func manifestFor(vmi *v1.VirtualMachineInstance) ([]byte, error) {
-	out := &v1.VirtualMachineInstance{
+	// A struct of its own: VirtualMachineInstance would add "status": {}.
+	out := struct {
+		metav1.TypeMeta   `json:",inline"`
+		metav1.ObjectMeta `json:"metadata"`
+		Spec              v1.VirtualMachineInstanceSpec `json:"spec"`
+	}{
 		TypeMeta: metav1.TypeMeta{APIVersion: v1.GroupVersion.String(), Kind: "VirtualMachineInstance"},
 		ObjectMeta: metav1.ObjectMeta{Name: vmi.Name, Namespace: vmi.Namespace, UID: vmi.UID,
 			Labels: vmi.Labels, Annotations: map[string]string{}},
@@ -91,7 +100,8 @@ func startChild(f Flags, vmi *v1.VirtualMachineInstance, dir string, stderr io.W
 		return nil, fmt.Errorf("writing the VMI for the launcher: %w", err)
 	}
 	cmd := exec.Command(f.Launcher, f.launcherArgs(ld.Manifest(), filepath.Join(dir, launcherapi.ConsoleFile))...)
-	cmd.Stderr = stderr
+	tail := &lastLine{}
+	cmd.Stderr = io.MultiWriter(stderr, tail)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, fmt.Errorf("launcher stdout: %w", err)
@@ -99,7 +109,7 @@ func startChild(f Flags, vmi *v1.VirtualMachineInstance, dir string, stderr io.W
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting the launcher %s: %w", f.Launcher, err)
 	}
-	c := &child{cmd: cmd, events: make(chan launcherapi.Event, 16), exited: make(chan syscall.WaitStatus, 1)}
+	c := &child{cmd: cmd, tail: tail, events: make(chan launcherapi.Event, 16), exited: make(chan syscall.WaitStatus, 1)}
 	go c.read(out)
 	return c, nil
 }
@@ -122,4 +132,39 @@ func (c *child) pid() int { return c.cmd.Process.Pid }
 
 func (c *child) signal(sig syscall.Signal) {
 	_ = syscall.Kill(c.pid(), sig)
+}
+
+// lastLine keeps the last complete non-empty line written to it.
+type lastLine struct {
+	mu      sync.Mutex
+	partial []byte
+	last    string
+}
+
+// Write implements io.Writer.
+func (l *lastLine) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.partial = append(l.partial, p...)
+	for {
+		i := bytes.IndexByte(l.partial, '\n')
+		if i < 0 {
+			break
+		}
+		if line := strings.TrimSpace(string(l.partial[:i])); line != "" {
+			l.last = line
+		}
+		l.partial = l.partial[i+1:]
+	}
+	if len(l.partial) > 64*1024 {
+		l.partial = l.partial[len(l.partial)-64*1024:]
+	}
+	return len(p), nil
+}
+
+// String is the last line.
+func (l *lastLine) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.last
 }

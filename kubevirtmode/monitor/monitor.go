@@ -156,7 +156,7 @@ func (m *Monitor) follow(c *child) {
 		m.startErr = fmt.Sprintf("the domain did not start: %s: %s", final.Reason, final.Message)
 		m.setState(api.Shutoff, api.ReasonFailed)
 	case code == int(launcherapi.ExitUsage) || code == int(launcherapi.ExitInputUnreadable) || code == int(launcherapi.ExitInvalidManifest):
-		m.startErr = fmt.Sprintf("the launcher refused the VMI (exit %d, see the compute container's log)", code)
+		m.startErr = fmt.Sprintf("the launcher refused the VMI (exit %d): %s", code, c.tail)
 	default:
 		// A launcher crash: KubeVirt's virt-launcher-monitor ends with its
 		// launcher's exit code, and virt-handler finds the socket dead.

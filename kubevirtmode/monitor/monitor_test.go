@@ -108,7 +108,7 @@ func TestManifestLeavesOutStatusServerFieldsAndTheFailFastAnnotation(t *testing.
 		t.Fatal(err)
 	}
 	s := string(data)
-	for _, bad := range []string{faults.FailFastAnnotation, "resourceVersion", "Scheduled"} {
+	for _, bad := range []string{faults.FailFastAnnotation, "resourceVersion", "Scheduled", "status"} {
 		if strings.Contains(s, bad) {
 			t.Errorf("manifest has %q: %s", bad, s)
 		}
@@ -129,5 +129,15 @@ func TestNewDomainCarriesTheVMIsUIDAndGracePeriod(t *testing.T) {
 	}
 	if g := graceSeconds(&v1.VirtualMachineInstance{}); g != 30 {
 		t.Fatalf("default grace %d, want 30", g)
+	}
+}
+
+func TestLastLineKeepsTheLastCompleteLine(t *testing.T) {
+	var l lastLine
+	for _, w := range []string{"first\n", "sec", "ond\n\n  \n", "partial"} {
+		_, _ = l.Write([]byte(w))
+	}
+	if got := l.String(); got != "second" {
+		t.Fatalf("last line %q, want second", got)
 	}
 }
