@@ -151,6 +151,8 @@ func startPod(spec podSpec) *pod {
 		p.cmd = exec.Command(monitorBin(), args...)
 	} else {
 		p.cmd = exec.Command("podman", p.podmanArgs(args, spec.podman)...)
+		// conmon writes a file "oom" into podman's working folder.
+		p.cmd.Dir = root
 	}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	Expect(p.cmd.Start()).To(Succeed())
