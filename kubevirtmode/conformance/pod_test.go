@@ -28,7 +28,7 @@ import (
 	"kubevirt.io/kubevirt/pkg/virt-launcher/virtwrap/api"
 
 	"github.com/crashloop-harness/crashloop/functests/built"
-	"github.com/crashloop-harness/crashloop/functests/ctlharness"
+	"github.com/crashloop-harness/crashloop/functests/testguest"
 )
 
 // The emptyDirs of a KubeVirt v1.6.0 launcher pod (pkg/virt-controller/
@@ -94,7 +94,7 @@ func (s *syncBuffer) String() string {
 // testVMI is the suite's VMI: the test guest of the other suites.
 func testVMI(kernelArgs string, annotations map[string]string) *v1.VirtualMachineInstance {
 	name := "kv-" + string(uuid.NewUUID())[:8]
-	vm := ctlharness.TestGuestVM(name, "", annotations, kernelArgs)
+	vm := testguest.VM(name, "", annotations, kernelArgs)
 	vmi := &v1.VirtualMachineInstance{ObjectMeta: vm.Spec.Template.ObjectMeta, Spec: vm.Spec.Template.Spec}
 	vmi.APIVersion, vmi.Kind = v1.GroupVersion.String(), "VirtualMachineInstance"
 	vmi.Name, vmi.Namespace, vmi.UID = name, vm.Namespace, uuid.NewUUID()

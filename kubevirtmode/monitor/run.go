@@ -19,7 +19,7 @@ import (
 	grpcutil "kubevirt.io/kubevirt/pkg/util/net/grpc"
 	cmdclient "kubevirt.io/kubevirt/pkg/virt-handler/cmd-client"
 
-	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
+	"github.com/crashloop-harness/crashloop/internal/launchplan"
 )
 
 // Run is the whole compute process: serve the command socket, mark it
@@ -28,7 +28,7 @@ import (
 func Run(ctx context.Context, f Flags, log *slog.Logger, stderr io.Writer) (int, error) {
 	if f.SimulateCrash {
 		// cmd/virt-launcher/virt-launcher.go: before any socket exists.
-		launcherapi.SimulatedCrash(log, "--simulate-crash")
+		launchplan.SimulatedCrash(log, "--simulate-crash")
 	}
 	// PID 1 of the compute container, or a subreaper: QEMU (daemonized by
 	// libvirt) and our launcher's reaper end up as our children.
