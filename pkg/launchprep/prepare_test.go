@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/crashloop-harness/crashloop/internal/launchplan"
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 )
 
 // hostDiskVMI asks for a DiskOrCreate host disk in a folder that does not
@@ -42,9 +45,18 @@ func TestDryRunChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stderr bytes.Buffer
+	argv := []string{"--dry-run", "--runtime-dir", "run", "--console-log", "logs/console.log", "--claim-dir", "claims", "--image-dir", "images", "vmi.yaml"}
+	args, _, _, ok := launchplan.Begin(argv, launcherapi.DefaultArgs(), &stderr)
+	if !ok {
+		t.Fatalf("flags: %s", stderr.String())
+	}
+	data, err := os.ReadFile("vmi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
 	p, code := Prepare(context.Background(), Options{
-		Argv:   []string{"--dry-run", "--runtime-dir", "run", "--console-log", "logs/console.log", "--claim-dir", "claims", "--image-dir", "images", "vmi.yaml"},
-		Stderr: &stderr,
+		Request: launchplan.Request{Args: args, Input: "vmi.yaml", Manifest: data},
+		Stderr:  &stderr,
 	})
 	if p == nil {
 		t.Fatalf("Prepare: exit %d: %s", code, stderr.String())
