@@ -40,6 +40,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -452,6 +453,9 @@ func (b *bench) crashes(args []string) (wall, cpu sample, err error) {
 	return wall, cpu, nil
 }
 
+// scratchDir finds the per-VMI scratch folder in a domain's socket paths.
+var scratchDir = regexp.MustCompile(`(?:socket|path)="(/[^"]*/scratch)/[^"/]+"`)
+
 // virshCreate renders the launcher's domain XML (--dry-run) and times
 // `virsh create` of it on a warm libvirt daemon; the first create warms it.
 func (b *bench) virshCreate(cache string) (sample, error) {
@@ -468,6 +472,15 @@ func (b *bench) virshCreate(cache string) (sample, error) {
 	xmlPath := filepath.Join(b.dir, "domain.xml")
 	if err := os.WriteFile(xmlPath, xmlOut[i:], 0o644); err != nil {
 		return nil, err
+	}
+	// The dry run's per-VMI folder, where the domain's sockets (VNC, guest
+	// agent) go, is gone when it exits: make it again for the daemon.
+	for _, m := range scratchDir.FindAllSubmatch(xmlOut[i:], -1) {
+		dir := string(m[1])
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(filepath.Dir(dir))
 	}
 	stopDaemon, err := ensureDaemon(b.dir)
 	if err != nil {

@@ -19,6 +19,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -74,8 +75,13 @@ func run(argv []string, part string, stdin io.Reader, stderr io.Writer) launcher
 	if req.Input == "-" {
 		req.Input = "stdin"
 		req.Manifest, err = io.ReadAll(stdin)
-	} else {
-		req.Manifest, err = os.ReadFile(req.Input)
+	} else if fi, serr := os.Stat(req.Input); serr == nil && fi.IsDir() {
+		err = errors.New("it is a folder; give the manifest file (YAML or JSON) itself")
+	} else if req.Manifest, err = os.ReadFile(req.Input); err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // the path is already in the message
+		}
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "virt-launcher: reading %s: %v\n", req.Input, err)

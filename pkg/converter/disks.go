@@ -78,6 +78,7 @@ func setDisks(ctx context.Context, dom *libvirtxml.Domain, vmi *v1.VirtualMachin
 			}
 		}
 		readonly = readonly || src.readonly
+		var backing *libvirtxml.DomainDiskBackingStore
 		if src.ephemeral && opts.ScratchDir != "" && !readonly {
 			// A container disk is ephemeral in KubeVirt: writes go to an
 			// overlay that is thrown away, never into the image itself.
@@ -85,20 +86,32 @@ func setDisks(ctx context.Context, dom *libvirtxml.Domain, vmi *v1.VirtualMachin
 			if err != nil {
 				return &SpecError{Field: field, Msg: err.Error()}
 			}
+			// KubeVirt names the backing image in the domain too.
+			backing = &libvirtxml.DomainDiskBackingStore{Format: &libvirtxml.DomainDiskFormat{Type: format},
+				Source: &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: path}}}
 			path, format = overlay, "qcow2"
 		} else if src.ephemeral {
 			readonly = true
 		}
 		disk := libvirtxml.DomainDisk{
-			Device: device,
-			Alias:  &libvirtxml.DomainAlias{Name: "ua-" + d.Name},
-			Driver: &libvirtxml.DomainDiskDriver{Name: "qemu", Type: format},
-			Source: &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: path}},
-			Target: &libvirtxml.DomainDiskTarget{Dev: prefix + string(rune('a'+next[prefix])), Bus: string(bus)},
-			Serial: d.Serial,
+			Device:       device,
+			Alias:        &libvirtxml.DomainAlias{Name: "ua-" + d.Name},
+			Driver:       &libvirtxml.DomainDiskDriver{Name: "qemu", Type: format},
+			Source:       &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: path}},
+			Target:       &libvirtxml.DomainDiskTarget{Dev: prefix + string(rune('a'+next[prefix])), Bus: string(bus)},
+			Serial:       d.Serial,
+			BackingStore: backing,
 		}
 		if d.BootOrder != nil {
 			disk.Boot = &libvirtxml.DomainDeviceBoot{Order: *d.BootOrder}
+		}
+		if device == "disk" {
+			// As KubeVirt: guest discards free space in the image, and
+			// virtio disks are virtio-non-transitional.
+			disk.Driver.Discard = "unmap"
+			if bus == v1.DiskBusVirtio {
+				disk.Model = virtioModel(vmi)
+			}
 		}
 		next[prefix]++
 		if readonly {
@@ -137,8 +150,15 @@ func diskSource(ctx context.Context, vmi *v1.VirtualMachineInstance, v *v1.Volum
 				return source{}, &SpecError{Field: field + ".hostDisk.path", Msg: fmt.Sprintf("type Disk needs an existing file: %v", err)}
 			}
 		case v1.HostDiskExistsOrCreate:
-			if err := createSparse(hd.Path, hd.Capacity.Value()); err != nil {
+			if !filepath.IsAbs(hd.Path) {
+				return source{}, &SpecError{Field: field + ".hostDisk.path", Msg: fmt.Sprintf("%q is not an absolute path", hd.Path)}
+			}
+			_, statErr := os.Stat(hd.Path)
+			if err := createSparse(hd.Path, hd.Capacity.Value(), opts.DryRun); err != nil {
 				return source{}, &SpecError{Field: field + ".hostDisk", Msg: err.Error()}
+			}
+			if statErr != nil {
+				return source{path: hd.Path, format: "raw"}, nil // created (or, in a dry run, to be) sparse and raw
 			}
 		default:
 			return source{}, &SpecError{Field: field + ".hostDisk.type", Msg: fmt.Sprintf("%q is not allowed (allowed: Disk, DiskOrCreate)", hd.Type)}
@@ -157,6 +177,16 @@ func diskSource(ctx context.Context, vmi *v1.VirtualMachineInstance, v *v1.Volum
 		p, err := claimFile(opts.ClaimDir, v.PersistentVolumeClaim.ClaimName, field+".persistentVolumeClaim.claimName")
 		return source{path: p, readonly: v.PersistentVolumeClaim.ReadOnly}, err
 	case v.DataVolume != nil:
+		for i := range opts.DataVolumeTemplates {
+			if dvt := &opts.DataVolumeTemplates[i]; dvt.Name == v.DataVolume.Name {
+				if err := importDataVolume(ctx, dvt, fmt.Sprintf("spec.dataVolumeTemplates[%d]", i), opts); err != nil {
+					return source{}, err
+				}
+				if opts.DryRun {
+					return source{path: filepath.Join(opts.ClaimDir, dvt.Name, "disk.img"), format: "raw"}, nil
+				}
+			}
+		}
 		p, err := claimFile(opts.ClaimDir, v.DataVolume.Name, field+".dataVolume.name")
 		return source{path: p}, err
 	case v.Ephemeral != nil:
@@ -197,7 +227,10 @@ func diskSource(ctx context.Context, vmi *v1.VirtualMachineInstance, v *v1.Volum
 		if err := data.WriteISO(ctx, p); err != nil {
 			return source{}, &SpecError{Field: field, Msg: err.Error()}
 		}
-		return source{path: p, format: "raw", readonly: true}, nil
+		// KubeVirt attaches the cloud-init ISO writable (the guest may
+		// not write to an ISO 9660 file system, but the disk is not
+		// marked read-only).
+		return source{path: p, format: "raw"}, nil
 	}
 	return source{}, &SpecError{Field: field, Msg: "unsupported volume source (supported: hostDisk, containerDisk, persistentVolumeClaim, dataVolume, ephemeral, emptyDisk, cloudInitNoCloud, cloudInitConfigDrive)"}
 }
@@ -233,12 +266,21 @@ func createEmptyDisk(ctx context.Context, dir, name string, size int64) (string,
 	return p, nil
 }
 
-func createSparse(path string, size int64) error {
+// createSparse makes a DiskOrCreate host disk of size bytes unless it
+// exists, creating its folder first as KubeVirt does (it mounts the parent
+// folder as DirectoryOrCreate). A dry run only checks.
+func createSparse(path string, size int64, dryRun bool) error {
 	if _, err := os.Stat(path); err == nil {
 		return nil
 	}
 	if size <= 0 {
 		return fmt.Errorf("type DiskOrCreate needs a capacity to create %s", path)
+	}
+	if dryRun {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("creating the disk's folder: %w", err)
 	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {

@@ -3,6 +3,8 @@ package converter
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 
 	k8sv1 "k8s.io/api/core/v1"
@@ -35,8 +37,15 @@ type DomainOptions struct {
 	// OVMF are the UEFI firmware files; zero means DebianOVMF().
 	OVMF OVMF
 	// HostPort picks the loopback port a forwarded guest port is reached
-	// on; nil picks a free one.
+	// on; nil picks a free one (port 0, chosen at launch, in a dry run).
 	HostPort func(protocol string, guestPort int) (int, error)
+	// DryRun renders the domain without changing the host: no hostDisk
+	// image or folder is created (files in ScratchDir, which the launcher
+	// removes, and the image cache are still made).
+	DryRun bool
+	// DataVolumeTemplates are the VM's; a dataVolume volume naming one is
+	// imported into ClaimDir first when its claim has no disk image yet.
+	DataVolumeTemplates []v1.DataVolumeTemplateSpec
 }
 
 // Conversion is a VMI turned into a domain, with what the launcher should
@@ -82,6 +91,24 @@ func BuildDomain(vmi *v1.VirtualMachineInstance, opts DomainOptions) (*libvirtxm
 func Convert(ctx context.Context, vmi *v1.VirtualMachineInstance, opts DomainOptions) (*Conversion, error) {
 	conv := &Conversion{}
 	spec := &vmi.Spec
+	if opts.ClaimDir != "" {
+		// The domain is read by libvirt and QEMU, not from this
+		// process's working directory.
+		abs, err := filepath.Abs(opts.ClaimDir)
+		if err != nil {
+			return nil, fmt.Errorf("claim folder %s: %w", opts.ClaimDir, err)
+		}
+		opts.ClaimDir = abs
+	}
+	if opts.ScratchDir != "" {
+		// QEMU binds the display's and the guest agent's sockets there.
+		if err := os.MkdirAll(opts.ScratchDir, 0o700); err != nil {
+			return nil, fmt.Errorf("creating the per-VMI folder: %w", err)
+		}
+	}
+	if opts.DryRun && opts.HostPort == nil {
+		opts.HostPort = func(string, int) (int, error) { return 0, nil }
+	}
 	dom := &libvirtxml.Domain{
 		Type:       opts.Accel.DomainType(),
 		Name:       DomainName(vmi),
@@ -89,10 +116,12 @@ func Convert(ctx context.Context, vmi *v1.VirtualMachineInstance, opts DomainOpt
 		OnCrash:    "destroy",
 		Features:   &libvirtxml.DomainFeatureList{},
 		Devices: &libvirtxml.DomainDeviceList{
-			// No USB, no balloon, no graphics: a small VM boots faster and
-			// every device present is one the VMI asked for or implies.
-			Controllers: []libvirtxml.DomainController{{Type: "usb", Model: "none"}},
-			MemBalloon:  &libvirtxml.DomainMemBalloon{Model: "none"},
+			// No USB controller: KubeVirt attaches none unless a device
+			// needs one. The balloon and graphics follow the
+			// autoattach fields (setBalloon, setDevicesExtra).
+			// KubeVirt always adds a virtio-scsi controller (for hot-plug)
+			// and a virtio-serial one for the guest agent's channel.
+			Controllers: []libvirtxml.DomainController{{Type: "usb", Index: ptr(uint(0)), Model: "none"}},
 		},
 	}
 	if uuid := vmiUUID(vmi); uuid != "" {
@@ -134,25 +163,28 @@ func Convert(ctx context.Context, vmi *v1.VirtualMachineInstance, opts DomainOpt
 	if err := setDisks(ctx, dom, vmi, &opts); err != nil {
 		return nil, err
 	}
-	if err := setDevicesExtra(dom, &spec.Domain.Devices, opts.ScratchDir); err != nil {
+	if err := setDevicesExtra(dom, vmi, opts.ScratchDir); err != nil {
 		return nil, err
 	}
 	if dom.OS.Kernel == "" && len(dom.Devices.Disks) == 0 {
 		return nil, &SpecError{Field: "spec.domain.firmware.kernelBoot", Msg: "the VMI has nothing to boot: set spec.domain.firmware.kernelBoot.container or add a disk backed by a hostDisk or containerDisk volume"}
 	}
-	if dom.OS.Kernel == "" {
-		dom.OS.BootDevices = []libvirtxml.DomainBootDevice{{Dev: "hd"}}
+	model := virtioModel(vmi)
+	dom.Devices.Controllers = append(dom.Devices.Controllers,
+		libvirtxml.DomainController{Type: "scsi", Index: ptr(uint(0)), Model: model},
+		libvirtxml.DomainController{Type: "virtio-serial", Index: ptr(uint(0)), Model: model})
+	// The guest agent's channel. Its socket goes into the per-VMI folder:
+	// the path libvirt would pick under an embedded root is longer than a
+	// unix socket path may be.
+	qga := &libvirtxml.DomainChardevSourceUNIX{}
+	if opts.ScratchDir != "" {
+		qga = &libvirtxml.DomainChardevSourceUNIX{Mode: "bind", Path: filepath.Join(opts.ScratchDir, "qga.sock")}
 	}
-	for _, f := range []struct {
-		field string
-		value *bool
-	}{
-		{"spec.domain.devices.autoattachMemBalloon", spec.Domain.Devices.AutoattachMemBalloon},
-	} {
-		if f.value != nil && *f.value {
-			return nil, &SpecError{Field: f.field, Msg: "true is not supported: the launcher attaches no memory balloon (set it to false or leave it out)"}
-		}
-	}
+	dom.Devices.Channels = []libvirtxml.DomainChannel{{
+		Source: &libvirtxml.DomainChardevSource{UNIX: qga},
+		Target: &libvirtxml.DomainChannelTarget{VirtIO: &libvirtxml.DomainChannelTargetVirtIO{Name: "org.qemu.guest_agent.0"}},
+	}}
+	setBalloon(dom, vmi)
 	if a := spec.Domain.Devices.AutoattachSerialConsole; a != nil && !*a {
 		opts.ConsoleLog = ""
 	}
@@ -175,6 +207,35 @@ func Convert(ctx context.Context, vmi *v1.VirtualMachineInstance, opts DomainOpt
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// balloonStatsPeriod is virt-handler's default memBalloonStatsPeriod (s).
+const balloonStatsPeriod = 10
+
+// setBalloon attaches KubeVirt's default memory balloon: virtio with
+// statistics every 10 s and free page reporting, unless
+// autoattachMemBalloon is false (then model none, as KubeVirt). Free page
+// reporting is off for VMIs with dedicated CPUs, as KubeVirt.
+func setBalloon(dom *libvirtxml.Domain, vmi *v1.VirtualMachineInstance) {
+	if a := vmi.Spec.Domain.Devices.AutoattachMemBalloon; a != nil && !*a {
+		dom.Devices.MemBalloon = &libvirtxml.DomainMemBalloon{Model: "none"}
+		return
+	}
+	b := &libvirtxml.DomainMemBalloon{Model: virtioModel(vmi), Stats: &libvirtxml.DomainMemBalloonStats{Period: balloonStatsPeriod}}
+	if !vmi.IsHighPerformanceVMI() && vmi.Annotations[v1.FreePageReportingDisabledAnnotation] != "true" {
+		b.FreePageReporting = "on"
+	}
+	dom.Devices.MemBalloon = b
+}
+
+// virtioModel is the model KubeVirt gives virtio devices:
+// virtio-non-transitional, or virtio-transitional when the VMI asks for
+// useVirtioTransitional.
+func virtioModel(vmi *v1.VirtualMachineInstance) string {
+	if t := vmi.Spec.Domain.Devices.UseVirtioTransitional; t != nil && *t {
+		return "virtio-transitional"
+	}
+	return "virtio-non-transitional"
+}
 
 // vmiUUID is the domain UUID: firmware.uuid when set, else the VMI UID when
 // it is a UUID; libvirt generates one otherwise.
@@ -218,14 +279,29 @@ func setCPU(dom *libvirtxml.Domain, cpu *v1.CPU, accel Accel) error {
 		if cpu.MaxSockets != 0 && cpu.MaxSockets < sockets {
 			return &SpecError{Field: "spec.domain.cpu.maxSockets", Msg: fmt.Sprintf("%d is below spec.domain.cpu.sockets %d", cpu.MaxSockets, sockets)}
 		}
-		// maxSockets only bounds CPU hotplug, which the launcher never does.
 	}
 	n := sockets * cores * threads
 	if n > 64 {
 		return &SpecError{Field: "spec.domain.cpu", Msg: fmt.Sprintf("sockets x cores x threads = %d vCPUs; at most 64 are supported", n)}
 	}
-	dom.VCPU = &libvirtxml.DomainVCPU{Value: uint(n)}
+	dom.VCPU = &libvirtxml.DomainVCPU{Placement: "static", Value: uint(n)}
 	dom.CPU = &libvirtxml.DomainCPU{Topology: &libvirtxml.DomainCPUTopology{Sockets: int(sockets), Cores: int(cores), Threads: int(threads)}}
+	if cpu != nil && cpu.MaxSockets > sockets {
+		// As KubeVirt: room to hot-plug up to maxSockets sockets, the
+		// requested vCPUs enabled, those of the first socket fixed.
+		total := cpu.MaxSockets * cores * threads
+		if total > 256 {
+			return &SpecError{Field: "spec.domain.cpu.maxSockets", Msg: fmt.Sprintf("maxSockets x cores x threads = %d vCPUs; at most 256 are supported", total)}
+		}
+		dom.VCPU.Value = uint(total)
+		dom.CPU.Topology.Sockets = int(cpu.MaxSockets)
+		dom.VCPUs = &libvirtxml.DomainVCPUs{}
+		for id := uint32(0); id < total; id++ {
+			dom.VCPUs.VCPU = append(dom.VCPUs.VCPU, libvirtxml.DomainVCPUsVCPU{
+				Id: ptr(uint(id)), Enabled: yesNo(id < n), Hotpluggable: yesNo(id >= cores*threads),
+			})
+		}
+	}
 	if accel == AccelKVM {
 		dom.CPU.Mode = "host-model"
 	}

@@ -18,7 +18,15 @@ import (
 // the guest a private address with outbound NAT. An interface with ports
 // gets each forwarded from a loopback port on the host (QEMU hostfwd); as
 // libvirt 9.0 has no XML for that with the user-mode back end, such an
-// interface goes onto QEMU's command line.
+// interface goes onto QEMU's command line. So does every masquerade
+// interface, which gets KubeVirt's masquerade addresses (libvirt's <ip> on
+// a user interface sets only the network, not the gateway and the first
+// DHCP address): guest 10.0.2.2/24 via 10.0.2.1, and fd10:0:2::/120 with
+// fd10:0:2::1 as the router (slirp has no DHCPv6 addresses, so a guest
+// takes fd10:0:2::2 statically, as KubeVirt's cloud images configure it).
+// Like KubeVirt, virtio NICs are virtio-non-transitional (or transitional
+// when useVirtioTransitional is set), carry the alias ua-NAME and have no
+// option ROM.
 func setInterfaces(dom *libvirtxml.Domain, spec *v1.VirtualMachineInstanceSpec, hostPort func(string, int) (int, error)) ([]launcherapi.PortForward, error) {
 	if hostPort == nil {
 		hostPort = freeLoopbackPort
@@ -60,11 +68,20 @@ func setInterfaces(dom *libvirtxml.Domain, spec *v1.VirtualMachineInstanceSpec, 
 		if !ok {
 			return nil, &SpecError{Field: field + ".model", Msg: fmt.Sprintf("%q is not supported (allowed: virtio, e1000, e1000e, rtl8139)", model)}
 		}
+		if model == "virtio" {
+			model = "virtio-non-transitional"
+			if t := spec.Domain.Devices.UseVirtioTransitional; t != nil && *t {
+				model = "virtio-transitional"
+			}
+			qemuModel = strings.Replace(model, "virtio", "virtio-net-pci", 1)
+		}
 		used[n.Name] = true
-		if len(iface.Ports) == 0 {
+		if len(iface.Ports) == 0 && b.Masquerade == nil {
 			nic := libvirtxml.DomainInterface{
 				Source: &libvirtxml.DomainInterfaceSource{User: &libvirtxml.DomainInterfaceSourceUser{}},
 				Model:  &libvirtxml.DomainInterfaceModel{Type: model},
+				Alias:  &libvirtxml.DomainAlias{Name: "ua-" + iface.Name},
+				ROM:    &libvirtxml.DomainROM{Enabled: "no"},
 			}
 			if iface.MacAddress != "" {
 				nic.MAC = &libvirtxml.DomainInterfaceMAC{Address: iface.MacAddress}
@@ -73,6 +90,9 @@ func setInterfaces(dom *libvirtxml.Domain, spec *v1.VirtualMachineInstanceSpec, 
 			continue
 		}
 		netdev := "user,id=ua-" + iface.Name
+		if b.Masquerade != nil {
+			netdev += "," + MasqueradeNetdev
+		}
 		for j, p := range iface.Ports {
 			pf := fmt.Sprintf("%s.ports[%d]", field, j)
 			proto := strings.ToUpper(p.Protocol)
@@ -100,7 +120,7 @@ func setInterfaces(dom *libvirtxml.Domain, spec *v1.VirtualMachineInstanceSpec, 
 		if strings.Contains(dom.OS.Type.Machine, "q35") {
 			bus = "pcie.0"
 		}
-		device := fmt.Sprintf("%s,netdev=ua-%s,bus=%s,addr=%#x", qemuModel, iface.Name, bus, 0x1a-cmdlineNICs)
+		device := fmt.Sprintf("%s,netdev=ua-%s,id=ua-%s,romfile=,bus=%s,addr=%#x", qemuModel, iface.Name, iface.Name, bus, 0x1a-cmdlineNICs)
 		cmdlineNICs++
 		if iface.MacAddress != "" {
 			device += ",mac=" + iface.MacAddress
@@ -119,6 +139,10 @@ func setInterfaces(dom *libvirtxml.Domain, spec *v1.VirtualMachineInstanceSpec, 
 	}
 	return forwards, nil
 }
+
+// MasqueradeNetdev are the QEMU user-network options that give a
+// masquerade interface KubeVirt's addresses.
+const MasqueradeNetdev = "net=10.0.2.0/24,host=10.0.2.1,dhcpstart=10.0.2.2,ipv6-net=fd10:0:2::/120,ipv6-host=fd10:0:2::1"
 
 // freeLoopbackPort asks the kernel for a free loopback port of protocol.
 // QEMU binds it moments later; another process taking it in between makes

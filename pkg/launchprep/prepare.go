@@ -60,6 +60,10 @@ type Prepared struct {
 func Prepare(ctx context.Context, o Options) (*Prepared, launcherapi.ExitCode) {
 	a, input := o.Request.Args, o.Request.Input
 	log := launchplan.Logger(a, o.Stderr)
+	if err := absPaths(&a); err != nil {
+		fmt.Fprintf(o.Stderr, "virt-launcher: %v\n", err)
+		return nil, launcherapi.ExitUsage
+	}
 	vmi, doc, err := manifest.Read(o.Request.Manifest, input)
 	if err != nil {
 		fmt.Fprintf(o.Stderr, "virt-launcher: %v\n", err)
@@ -103,7 +107,7 @@ func Prepare(ctx context.Context, o Options) (*Prepared, launcherapi.ExitCode) {
 		VMI:                launchplan.VMI{Name: vmi.Name, Namespace: vmi.Namespace, UID: string(vmi.UID)},
 		GracePeriodSeconds: vmi.Spec.TerminationGracePeriodSeconds,
 	}}
-	if code, ok := p.prepare(ctx, vmi, o.FrontExe, o.Stderr); !ok {
+	if code, ok := p.prepare(ctx, vmi, doc.DataVolumeTemplates, o.FrontExe, o.Stderr); !ok {
 		p.Abandon()
 		return nil, code
 	}
@@ -112,7 +116,7 @@ func Prepare(ctx context.Context, o Options) (*Prepared, launcherapi.ExitCode) {
 
 // prepare makes the launch's folders and files, starts the reaper and
 // converts the VMI; on failure the caller abandons what was made.
-func (p *Prepared) prepare(ctx context.Context, vmi *v1.VirtualMachineInstance, frontExe string, stderr io.Writer) (launcherapi.ExitCode, bool) {
+func (p *Prepared) prepare(ctx context.Context, vmi *v1.VirtualMachineInstance, dataVolumes []v1.DataVolumeTemplateSpec, frontExe string, stderr io.Writer) (launcherapi.ExitCode, bool) {
 	log, a := p.log, p.Plan.Args
 	usage := func(flag string, err error) (launcherapi.ExitCode, bool) {
 		fmt.Fprintf(stderr, "virt-launcher: %s: %v\n", flag, err)
@@ -146,7 +150,11 @@ func (p *Prepared) prepare(ctx context.Context, vmi *v1.VirtualMachineInstance, 
 	}
 	p.Plan.ConsoleLog = consoleLog
 	p.Plan.LibvirtLog = strings.TrimSuffix(consoleLog, ".log") + ".libvirt.log"
-	if err := os.MkdirAll(filepath.Dir(consoleLog), 0o755); err != nil {
+	if a.DryRun {
+		// A dry run changes nothing on the host: its per-VMI folder is a
+		// temporary one, removed on exit, and no log folder is made.
+		a.RuntimeDir = os.TempDir()
+	} else if err := os.MkdirAll(filepath.Dir(consoleLog), 0o755); err != nil {
 		return usage("--console-log", err)
 	}
 	if err := os.MkdirAll(a.RuntimeDir, 0o755); err != nil {
@@ -176,7 +184,7 @@ func (p *Prepared) prepare(ctx context.Context, vmi *v1.VirtualMachineInstance, 
 			return launcherapi.ExitInternal, false
 		}
 	}
-	conv, err := converter.Convert(ctx, vmi, converter.DomainOptions{Accel: accel, Images: images, ConsoleLog: consoleLog, ScratchDir: p.Plan.Scratch, ClaimDir: a.ClaimDir})
+	conv, err := converter.Convert(ctx, vmi, converter.DomainOptions{Accel: accel, Images: images, ConsoleLog: consoleLog, ScratchDir: p.Plan.Scratch, ClaimDir: a.ClaimDir, DryRun: a.DryRun, DataVolumeTemplates: dataVolumes})
 	if err != nil {
 		if images == nil {
 			fmt.Fprintf(stderr, "virt-launcher: %s: %v (image folder %s: not readable; build it with `make images` or pass --image-dir)\n", p.Plan.Input, err, a.ImageDir)
@@ -203,6 +211,26 @@ func (p *Prepared) prepare(ctx context.Context, vmi *v1.VirtualMachineInstance, 
 		p.Plan.DryRunVMI = string(doc)
 	}
 	return 0, true
+}
+
+// absPaths resolves the folder and file flags against the working
+// directory, so that what goes into the domain (read by libvirt and QEMU)
+// and into the caches names the same files the user meant.
+func absPaths(a *launcherapi.Args) error {
+	for _, f := range []struct {
+		flag string
+		p    *string
+	}{{"--claim-dir", &a.ClaimDir}, {"--cache-dir", &a.CacheDir}, {"--runtime-dir", &a.RuntimeDir}, {"--console-log", &a.ConsoleLog}, {"--image-dir", &a.ImageDir}} {
+		if *f.p == "" {
+			continue
+		}
+		abs, err := filepath.Abs(*f.p)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", f.flag, *f.p, err)
+		}
+		*f.p = abs
+	}
+	return nil
 }
 
 // Abandon removes what the launch made and tells the reaper that nothing
