@@ -29,7 +29,7 @@ KUBEVIRT_SRC ?=
 
 KVRENDER := $(BUILD)/kvrender/kvrender
 
-.PHONY: all deps image-deps image images guest-image cloud-image build clusterlite kvrender cluster-up run run-launcher test unit functest fuzz lint bench bench-smoke clean
+.PHONY: all deps image-deps image images guest-image cloud-image build kubevirtmode clusterlite kvrender cluster-up run run-launcher test unit functest fuzz lint bench bench-smoke clean
 
 all: build
 
@@ -48,7 +48,7 @@ image-deps: deps
 
 ## image: the virt-launcher container image localhost/crashloop/virt-launcher:latest (buildah, Debian
 ## packages only, the binary from `make build`); reused when its inputs did not change
-image: image-deps build
+image: image-deps build kubevirtmode
 	images/launcher/build.sh $(BIN) $(BUILD)
 
 ## images: both guests into _build/images (each reused when its recipe is unchanged)
@@ -68,6 +68,10 @@ cloud-image: deps
 build: deps
 	$(GO) build -o $(BIN)/ ./cmd/...
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/virt-launcher ./cmd/virt-launcher-convert
+
+## kubevirtmode: the launcher image's KubeVirt-mode entry points (virt-launcher-monitor, KubeVirt's virt-tail and
+##   container-disk) into _build/bin; a module of its own with KubeVirt's pins, so `make run` does not wait for it
+kubevirtmode: deps
 	GO=$(GO) kubevirtmode/build.sh $(BIN)
 
 ## clusterlite: build etcd, kube-apiserver and KubeVirt's virt-controller/virt-api from Go modules (tools/clusterlite);
@@ -99,7 +103,9 @@ run-launcher: build guest-image
 ## concurrently (Go builds beside debootstraps), then the checks run one after another.
 test:
 	@$(MAKE) --no-print-directory deps DEB_PACKAGES="$(sort $(DEB_PACKAGES) $(GUEST_DEB_PACKAGES) $(CLOUD_GUEST_DEB_PACKAGES) $(IMAGE_DEB_PACKAGES))"
-	@$(MAKE) --no-print-directory -j3 build images clusterlite kvrender image
+	@$(MAKE) --no-print-directory -j3 build images clusterlite
+	@# after clusterlite: KubeVirt's packages are then in the build cache, which kvrender and kubevirtmode reuse
+	@$(MAKE) --no-print-directory -j2 kvrender image
 	@$(MAKE) --no-print-directory unit fuzz lint functest bench-smoke
 
 unit: deps clusterlite kvrender
