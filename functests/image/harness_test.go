@@ -15,7 +15,7 @@ import (
 	"github.com/crashloop-harness/crashloop/functests/built"
 	"github.com/crashloop-harness/crashloop/functests/launchharness"
 	"github.com/crashloop-harness/crashloop/functests/testguest"
-	"github.com/crashloop-harness/crashloop/pkg/converter"
+	"github.com/crashloop-harness/crashloop/pkg/kvmprobe"
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/memcg"
 )
@@ -23,10 +23,9 @@ import (
 // nodeKVM reports whether the node has KVM that runs ordinary guests (the
 // launcher's own rule), so that the container gets /dev/kvm.
 func nodeKVM() bool {
-	host, err := converter.ReadHostVirt()
+	kvm, _, err := kvmprobe.Probe()
 	Expect(err).NotTo(HaveOccurred())
-	accel, _ := converter.ChooseAccel(converter.AccelAuto, host)
-	return accel == converter.AccelKVM
+	return kvm
 }
 
 // Container is one `podman run` of the launcher image on one VMI, run

@@ -89,28 +89,56 @@ func BuildDomain(vmi *v1.VirtualMachineInstance, opts DomainOptions) (*libvirtxm
 // it does not read at all. Files it makes (overlays, empty disks, cloud-init
 // ISOs, the UEFI variable store) go into opts.ScratchDir.
 func Convert(ctx context.Context, vmi *v1.VirtualMachineInstance, opts DomainOptions) (*Conversion, error) {
+	if err := prepareOptions(&opts); err != nil {
+		return nil, err
+	}
 	conv := &Conversion{}
-	spec := &vmi.Spec
+	dom := newDomain(vmi, opts.Accel)
+	if err := setMachine(dom, &vmi.Spec, opts.Accel); err != nil {
+		return nil, err
+	}
+	ports, err := setInterfaces(dom, &vmi.Spec, opts.HostPort)
+	if err != nil {
+		return nil, err
+	}
+	conv.Ports = ports
+	if err := setBoot(ctx, dom, vmi, &opts, &conv.Notes); err != nil {
+		return nil, err
+	}
+	setFixedDevices(dom, vmi, opts)
+	conv.Domain = dom
+	return conv, nil
+}
+
+// prepareOptions makes the claim folder absolute, creates the per-VMI
+// folder and, for a dry run, stands in for the host-port choice.
+func prepareOptions(opts *DomainOptions) error {
 	if opts.ClaimDir != "" {
 		// The domain is read by libvirt and QEMU, not from this
 		// process's working directory.
 		abs, err := filepath.Abs(opts.ClaimDir)
 		if err != nil {
-			return nil, fmt.Errorf("claim folder %s: %w", opts.ClaimDir, err)
+			return fmt.Errorf("claim folder %s: %w", opts.ClaimDir, err)
 		}
 		opts.ClaimDir = abs
 	}
 	if opts.ScratchDir != "" {
 		// QEMU binds the display's and the guest agent's sockets there.
 		if err := os.MkdirAll(opts.ScratchDir, 0o700); err != nil {
-			return nil, fmt.Errorf("creating the per-VMI folder: %w", err)
+			return fmt.Errorf("creating the per-VMI folder: %w", err)
 		}
 	}
 	if opts.DryRun && opts.HostPort == nil {
 		opts.HostPort = func(string, int) (int, error) { return 0, nil }
 	}
+	return nil
+}
+
+// newDomain is the domain's frame: type, name, UUID, lifecycle actions and
+// the USB controller turned off.
+func newDomain(vmi *v1.VirtualMachineInstance, accel Accel) *libvirtxml.Domain {
 	dom := &libvirtxml.Domain{
-		Type:       opts.Accel.DomainType(),
+		Type:       accel.DomainType(),
 		Name:       DomainName(vmi),
 		OnPoweroff: "destroy",
 		OnCrash:    "destroy",
@@ -127,48 +155,62 @@ func Convert(ctx context.Context, vmi *v1.VirtualMachineInstance, opts DomainOpt
 	if uuid := vmiUUID(vmi); uuid != "" {
 		dom.UUID = uuid
 	}
+	return dom
+}
 
+// setMachine checks the architecture and sets the CPU, the memory and the
+// machine type (pc unless the VMI names another pc or q35 one).
+func setMachine(dom *libvirtxml.Domain, spec *v1.VirtualMachineInstanceSpec, accel Accel) error {
 	if a := spec.Architecture; a != "" && a != "amd64" {
-		return nil, &SpecError{Field: "spec.architecture", Msg: fmt.Sprintf("%q is not supported (allowed: amd64, the host's)", a)}
+		return &SpecError{Field: "spec.architecture", Msg: fmt.Sprintf("%q is not supported (allowed: amd64, the host's)", a)}
 	}
-	if err := setCPU(dom, spec.Domain.CPU, opts.Accel); err != nil {
-		return nil, err
+	if err := setCPU(dom, spec.Domain.CPU, accel); err != nil {
+		return err
 	}
 	if err := setMemory(dom, &spec.Domain); err != nil {
-		return nil, err
+		return err
 	}
 	machine := "pc"
 	if spec.Domain.Machine != nil && spec.Domain.Machine.Type != "" {
 		machine = spec.Domain.Machine.Type
 		if !(machine == "pc" || machine == "q35" || strings.HasPrefix(machine, "pc-i440fx-") || strings.HasPrefix(machine, "pc-q35-")) {
-			return nil, &SpecError{Field: "spec.domain.machine.type", Msg: fmt.Sprintf("%q is not supported (allowed: pc, q35, pc-i440fx-*, pc-q35-*)", machine)}
+			return &SpecError{Field: "spec.domain.machine.type", Msg: fmt.Sprintf("%q is not supported (allowed: pc, q35, pc-i440fx-*, pc-q35-*)", machine)}
 		}
 	}
 	dom.OS = &libvirtxml.DomainOS{Type: &libvirtxml.DomainOSType{Type: "hvm", Arch: "x86_64", Machine: machine}}
-	ports, err := setInterfaces(dom, spec, opts.HostPort)
-	if err != nil {
-		return nil, err
+	return nil
+}
+
+// setBoot sets features, firmware, clock, kernel boot, disks and the
+// autoattached devices, and refuses a VMI with nothing to boot.
+func setBoot(ctx context.Context, dom *libvirtxml.Domain, vmi *v1.VirtualMachineInstance, opts *DomainOptions, notes *[]string) error {
+	spec := &vmi.Spec
+	setFeatures(dom, spec.Domain.Features, opts.Accel, notes)
+	if err := setFirmware(dom, vmi, opts); err != nil {
+		return err
 	}
-	conv.Ports = ports
-	setFeatures(dom, spec.Domain.Features, opts.Accel, &conv.Notes)
-	if err := setFirmware(dom, vmi, &opts); err != nil {
-		return nil, err
-	}
-	if err := setClock(dom, spec.Domain.Clock, opts.Accel, &conv.Notes); err != nil {
-		return nil, err
+	if err := setClock(dom, spec.Domain.Clock, opts.Accel, notes); err != nil {
+		return err
 	}
 	if err := setKernelBoot(dom, spec.Domain.Firmware, opts.Images); err != nil {
-		return nil, err
+		return err
 	}
-	if err := setDisks(ctx, dom, vmi, &opts); err != nil {
-		return nil, err
+	if err := setDisks(ctx, dom, vmi, opts); err != nil {
+		return err
 	}
 	if err := setDevicesExtra(dom, vmi, opts.ScratchDir); err != nil {
-		return nil, err
+		return err
 	}
 	if dom.OS.Kernel == "" && len(dom.Devices.Disks) == 0 {
-		return nil, &SpecError{Field: "spec.domain.firmware.kernelBoot", Msg: "the VMI has nothing to boot: set spec.domain.firmware.kernelBoot.container or add a disk backed by a hostDisk or containerDisk volume"}
+		return &SpecError{Field: "spec.domain.firmware.kernelBoot", Msg: "the VMI has nothing to boot: set spec.domain.firmware.kernelBoot.container or add a disk backed by a hostDisk or containerDisk volume"}
 	}
+	return nil
+}
+
+// setFixedDevices adds what every domain has: the SCSI and virtio-serial
+// controllers, the guest agent's channel, the balloon, the serial console
+// (unless turned off) and the pvpanic device.
+func setFixedDevices(dom *libvirtxml.Domain, vmi *v1.VirtualMachineInstance, opts DomainOptions) {
 	model := virtioModel(vmi)
 	dom.Devices.Controllers = append(dom.Devices.Controllers,
 		libvirtxml.DomainController{Type: "scsi", Index: ptr(uint(0)), Model: model},
@@ -185,13 +227,14 @@ func Convert(ctx context.Context, vmi *v1.VirtualMachineInstance, opts DomainOpt
 		Target: &libvirtxml.DomainChannelTarget{VirtIO: &libvirtxml.DomainChannelTargetVirtIO{Name: "org.qemu.guest_agent.0"}},
 	}}
 	setBalloon(dom, vmi)
-	if a := spec.Domain.Devices.AutoattachSerialConsole; a != nil && !*a {
-		opts.ConsoleLog = ""
+	consoleLog := opts.ConsoleLog
+	if a := vmi.Spec.Domain.Devices.AutoattachSerialConsole; a != nil && !*a {
+		consoleLog = ""
 	}
-	if opts.ConsoleLog != "" {
+	if consoleLog != "" {
 		port := uint(0)
 		dom.Devices.Serials = []libvirtxml.DomainSerial{{
-			Source: &libvirtxml.DomainChardevSource{File: &libvirtxml.DomainChardevSourceFile{Path: opts.ConsoleLog}},
+			Source: &libvirtxml.DomainChardevSource{File: &libvirtxml.DomainChardevSourceFile{Path: consoleLog}},
 			Target: &libvirtxml.DomainSerialTarget{Port: &port},
 		}}
 		dom.Devices.Consoles = []libvirtxml.DomainConsole{{Target: &libvirtxml.DomainConsoleTarget{Type: "serial", Port: &port}}}
@@ -202,8 +245,6 @@ func Convert(ctx context.Context, vmi *v1.VirtualMachineInstance, opts DomainOpt
 		Model:   "isa",
 		Address: &libvirtxml.DomainAddress{ISA: &libvirtxml.DomainAddressISA{IOBase: ptr(uint(0x505))}},
 	}}
-	conv.Domain = dom
-	return conv, nil
 }
 
 func ptr[T any](v T) *T { return &v }

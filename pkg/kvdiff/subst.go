@@ -19,6 +19,12 @@ type Rule struct {
 // Rules are the written list of normalizations and one-machine
 // substitutions, in the order they are applied.
 func Rules() []Rule {
+	return append(normalizations(), substitutions()...)
+}
+
+// normalizations are the rules where both domains say the same thing in
+// different words.
+func normalizations() []Rule {
 	return []Rule{
 		{"memory-unit", "normalization: KubeVirt writes memory in bytes, we write KiB; both are read as the same size",
 			func(kv, ours *Node) {
@@ -48,6 +54,14 @@ func Rules() []Rule {
 					}
 				}
 			}},
+	}
+}
+
+// substitutions are the rules where the one-machine launcher differs from
+// a cluster's on purpose: no usable KVM, no pod or its mounts, no cluster
+// identity, its own console file and fault plumbing.
+func substitutions() []Rule {
+	return []Rule{
 		{"accelerator", "substitution: this machine has no usable KVM, so the domain type is qemu (TCG), and the CPU mode host-model (which libvirt expands to the host's CPU under KVM) is left out for QEMU's stable default model",
 			func(kv, ours *Node) {
 				for _, n := range []*Node{kv, ours} {

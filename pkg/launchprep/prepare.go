@@ -29,6 +29,7 @@ import (
 	"github.com/crashloop-harness/crashloop/pkg/converter"
 	"github.com/crashloop-harness/crashloop/pkg/faults"
 	"github.com/crashloop-harness/crashloop/pkg/kvdefaults"
+	"github.com/crashloop-harness/crashloop/pkg/kvmprobe"
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/manifest"
 	"github.com/crashloop-harness/crashloop/pkg/watchdog"
@@ -123,7 +124,7 @@ func (p *Prepared) prepare(ctx context.Context, vmi *v1.VirtualMachineInstance, 
 		return launcherapi.ExitUsage, false
 	}
 	mode, _ := converter.ParseAccel(a.Accel)
-	host, err := converter.ReadHostVirt()
+	host, err := kvmprobe.Read()
 	if err != nil && mode == converter.AccelAuto {
 		log.Warn("could not read the host's virtualization support", "err", err)
 	}
