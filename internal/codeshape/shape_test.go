@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -115,5 +116,45 @@ func TestLongFuncsFindsALongFunction(t *testing.T) {
 	}
 	if len(long) != 1 || !strings.HasPrefix(long[0], "long ") {
 		t.Fatalf("longFuncs = %q, want only the function of %d lines", long, maxFuncLines+1)
+	}
+}
+
+// TestArchitectureNamesEveryFolder keeps ARCHITECTURE.md's rows true to the
+// tree: every folder that holds Go code (tests included) is named there in
+// backquotes, and every pkg/, internal/, cmd/ or functests/ folder it names
+// still exists.
+func TestArchitectureNamesEveryFolder(t *testing.T) {
+	r := root(t)
+	page, err := os.ReadFile(filepath.Join(r, "ARCHITECTURE.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	folders := map[string]bool{}
+	err = filepath.WalkDir(r, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() && p != r && (name == "_build" || name == "testdata" || strings.HasPrefix(name, ".")) {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(name, ".go") {
+			rel, _ := filepath.Rel(r, filepath.Dir(p))
+			folders[filepath.ToSlash(rel)] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for f := range folders {
+		if !bytes.Contains(page, []byte("`"+f+"`")) {
+			t.Errorf("ARCHITECTURE.md has no row naming `%s`", f)
+		}
+	}
+	for _, m := range regexp.MustCompile("`((?:pkg|internal|cmd|functests|bench)/[a-z0-9/-]+)`").FindAllSubmatch(page, -1) {
+		if f := string(m[1]); !folders[f] {
+			t.Errorf("ARCHITECTURE.md names `%s`, which holds no Go code", f)
+		}
 	}
 }
