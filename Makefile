@@ -36,7 +36,9 @@ FUNCTEST_FLAGS ?=
 KUBEVIRT_VERSION ?=
 KUBEVIRT_SRC ?=
 
-.PHONY: all deps image-deps image images guest-image cloud-image build clusterlite cluster-up run run-launcher test unit functest fuzz lint bench bench-smoke herd storm clean
+KVRENDER := $(BUILD)/kvrender/kvrender
+
+.PHONY: all deps image-deps image images guest-image cloud-image build kubevirtmode clusterlite kvrender cluster-up run run-launcher test unit functest fuzz lint bench bench-smoke herd storm clean
 
 all: build
 
@@ -55,7 +57,7 @@ image-deps: deps
 
 ## image: the virt-launcher container image localhost/crashloop/virt-launcher:latest (buildah, Debian
 ## packages only, the binary from `make build`); reused when its inputs did not change
-image: image-deps build
+image: image-deps build kubevirtmode
 	images/launcher/build.sh $(BIN) $(BUILD)
 
 ## images: both guests into _build/images (each reused when its recipe is unchanged)
@@ -76,11 +78,22 @@ build: deps
 	$(GO) build -o $(BIN)/ ./cmd/...
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/virt-launcher ./cmd/virt-launcher-convert
 
+## kubevirtmode: the launcher image's KubeVirt-mode entry points (virt-launcher-monitor, KubeVirt's virt-tail and
+##   container-disk) into _build/bin; a module of its own with KubeVirt's pins, so `make run` does not wait for it
+kubevirtmode: deps
+	GO=$(GO) kubevirtmode/build.sh $(BIN)
+
 ## clusterlite: build etcd, kube-apiserver and KubeVirt's virt-controller/virt-api from Go modules (tools/clusterlite);
 ##   KUBEVIRT_VERSION=vX.Y.Z: another KubeVirt release, into _build/clusterlite/kubevirt-vX.Y.Z/bin;
 ##   KUBEVIRT_SRC=DIR: a local KubeVirt checkout, into _build/clusterlite/kubevirt-src/bin
 clusterlite: deps
 	KUBEVIRT_VERSION='$(KUBEVIRT_VERSION)' KUBEVIRT_SRC='$(KUBEVIRT_SRC)' tools/clusterlite/build.sh $(CLUSTERLITE_BIN)
+
+## kvrender: KubeVirt v1.6.0's own defaults, instancetype expansion and converter as one program (tools/kvrender,
+##   a module of its own), the reference side of the differential in pkg/kvdiff; after clusterlite, whose KubeVirt
+##   build compiles all but 14 of its packages, so that it mostly reuses the build cache
+kvrender: clusterlite
+	cd tools/kvrender && $(GO) build -o $(CURDIR)/$(KVRENDER) .
 
 ## cluster-up: a one-node KubeVirt in a network namespace of its own, in the foreground (Ctrl-C tears it down); prints NETNS= (nsenter --net=) and KUBECONFIG=
 cluster-up: build images clusterlite
@@ -99,11 +112,14 @@ run-launcher: build guest-image
 ## concurrently (Go builds beside debootstraps), then the checks run one after another.
 test:
 	@$(MAKE) --no-print-directory deps DEB_PACKAGES="$(sort $(DEB_PACKAGES) $(GUEST_DEB_PACKAGES) $(CLOUD_GUEST_DEB_PACKAGES) $(IMAGE_DEB_PACKAGES))"
-	@$(MAKE) --no-print-directory -j3 build images clusterlite image
+	@$(MAKE) --no-print-directory -j3 build images clusterlite
+	@# after clusterlite: KubeVirt's packages are then in the build cache, which kvrender and kubevirtmode reuse
+	@$(MAKE) --no-print-directory -j2 kvrender image
 	@$(MAKE) --no-print-directory unit fuzz lint functest bench-smoke
 
-unit: deps clusterlite
-	CLUSTERLITE_BIN_DIR=$(CURDIR)/$(CLUSTERLITE_BIN) $(GO) test -count=1 ./pkg/... ./cmd/...
+unit: deps clusterlite kvrender
+	CLUSTERLITE_BIN_DIR=$(CURDIR)/$(CLUSTERLITE_BIN) KVRENDER=$(CURDIR)/$(KVRENDER) $(GO) test -count=1 ./pkg/... ./cmd/... ./internal/...
+	cd kubevirtmode && $(GO) test -count=1 ./monitor/...
 
 fuzz: deps
 	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./pkg/faults
@@ -112,10 +128,12 @@ fuzz: deps
 lint: deps
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	@set -e; for m in tools/clusterlite/*/; do (cd $$m && $(GO) vet ./...); done
+	@set -e; for m in tools/clusterlite/*/ tools/kvrender/ kubevirtmode/; do (cd $$m && $(GO) vet ./...); done
+	cd kubevirtmode && $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
-## functest: the ginkgo suites on real VMs (the image suite runs the launcher image); one JUnit file per suite in _build/junit/
+## functest: the ginkgo suites on real VMs (the image suite runs the launcher image, the KubeVirt-mode
+##   conformance suite drives it with virt-handler's own client code); one JUnit file per suite in _build/junit/
 functest: build images clusterlite image
 	@mkdir -p $(BUILD)/junit
 	@set -e; for suite in $$(grep -l 'RunSpecs(' functests/*/*_test.go | xargs -n1 dirname | sort -u); do \
@@ -124,6 +142,9 @@ functest: build images clusterlite image
 		$(GO) test -v -count=1 -timeout 40m ./$$suite -args -ginkgo.v -ginkgo.no-color \
 			-ginkgo.junit-report=$(CURDIR)/$(BUILD)/junit/$$name.xml $(FUNCTEST_FLAGS); \
 	done
+	@echo "=== functional suite kubevirtmode/conformance"
+	cd kubevirtmode && $(GO) test -v -count=1 -timeout 20m ./conformance -args -ginkgo.v -ginkgo.no-color \
+		-ginkgo.junit-report=$(CURDIR)/$(BUILD)/junit/kubevirt-conformance.xml $(FUNCTEST_FLAGS)
 
 ## bench: one table of launch latencies (warm, cold, as PID 1, boot) against virsh and the QEMU floor, crash path, RSS
 bench: build images

@@ -14,7 +14,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 	"kubevirt.io/client-go/kubecli"
 
-	"github.com/crashloop-harness/crashloop/functests/ctlharness"
+	"github.com/crashloop-harness/crashloop/functests/testguest"
 	"github.com/crashloop-harness/crashloop/pkg/faults"
 )
 
@@ -32,7 +32,7 @@ func (s scenario) vm(i int) *v1.VirtualMachine {
 	if s.Storm {
 		ann = map[string]string{"faults.crashloop.dev/guest-panic": "after=" + s.FailAfter.String()}
 	}
-	return ctlharness.TestGuestVM(fmt.Sprintf("herd-%04d", i), v1.RunStrategyAlways, ann, "")
+	return testguest.VM(fmt.Sprintf("herd-%04d", i), v1.RunStrategyAlways, ann, "")
 }
 
 // result is what one controller did with one herd.

@@ -25,7 +25,7 @@ import (
 
 	"github.com/crashloop-harness/crashloop/functests/built"
 	"github.com/crashloop-harness/crashloop/functests/cluster"
-	"github.com/crashloop-harness/crashloop/functests/ctlharness"
+	"github.com/crashloop-harness/crashloop/functests/testguest"
 	"github.com/crashloop-harness/crashloop/pkg/memcg"
 	"github.com/crashloop-harness/crashloop/pkg/nodeagent"
 	"github.com/crashloop-harness/crashloop/pkg/qemu"
@@ -167,7 +167,7 @@ func computeOf(pod *k8sv1.Pod) (spec k8sv1.Container, status *k8sv1.ContainerSta
 // the way a user writes it (resources.limits.memory; KubeVirt adds its
 // overhead to the pod's limit).
 func podsVM(name string, guest, limit string, kernelArgs string) *v1.VirtualMachine {
-	vm := ctlharness.TestGuestVM(name, v1.RunStrategyAlways, nil, kernelArgs)
+	vm := testguest.VM(name, v1.RunStrategyAlways, nil, kernelArgs)
 	vm.Namespace = namespace()
 	spec := &vm.Spec.Template.Spec
 	g := resource.MustParse(guest)
@@ -260,7 +260,7 @@ var _ = Describe("launcher pods as containers", Label("containers"), func() {
 		// the VM exists: a VMI that is Failed only for a moment before the
 		// VM replaces it is still seen.
 		phases := watchVMIPhases(ctx, name)
-		createOnCluster(ctx, podsVM(name, "512Mi", "64Mi", ctlharness.DefaultKernelArgs+" memtest=1"))
+		createOnCluster(ctx, podsVM(name, "512Mi", "64Mi", testguest.KernelArgs+" memtest=1"))
 
 		By("following the first VMI's launcher container and its memory cgroup's oom_kill counter")
 		var first *v1.VirtualMachineInstance

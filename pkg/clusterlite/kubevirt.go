@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"kubevirt.io/client-go/kubecli"
 
+	"github.com/crashloop-harness/crashloop/pkg/kvmprobe"
 	"github.com/crashloop-harness/crashloop/pkg/nodeagent"
 )
 
@@ -169,8 +170,14 @@ func ChooseRuntime(ctx context.Context, c RuntimeChoice, log *slog.Logger) (node
 		log.Info("launcher pods run as bare processes", "launcher", c.Launcher, "why", "runtime process asked for")
 		return nil, nil
 	}
-	p := &nodeagent.Podman{CacheDir: c.CacheDir, KVM: hostKVM(), Logger: log}
-	err := p.Check(ctx, c.Image)
+	// Containers get /dev/kvm only where the node runs ordinary guests
+	// under KVM (the launcher's own rule).
+	kvm, kvmWhy, err := kvmprobe.Probe()
+	if err != nil {
+		log.Debug("could not read the host's virtualization support", "err", err)
+	}
+	p := &nodeagent.Podman{CacheDir: c.CacheDir, KVM: kvm, Logger: log}
+	err = p.Check(ctx, c.Image)
 	if err == nil {
 		err = p.RemoveLeftovers(ctx, c.NodeName)
 	}
@@ -184,21 +191,6 @@ func ChooseRuntime(ctx context.Context, c RuntimeChoice, log *slog.Logger) (node
 		log.Warn("no container runtime works: launcher pods run as bare processes, without cgroup limits", "launcher", c.Launcher, "why", err)
 		return nil, nil
 	}
-	log.Info("launcher pods run as podman containers", "image", c.Image, "kvm", p.KVM)
+	log.Info("launcher pods run as podman containers", "image", c.Image, "kvm", p.KVM, "kvm_reason", kvmWhy)
 	return p, nil
-}
-
-// hostKVM reports whether the node has KVM that runs ordinary guests: a
-// hardware KVM module (kvm_intel, kvm_amd; not kvm_pvm) and /dev/kvm.
-// Only then do the containers get /dev/kvm.
-func hostKVM() bool {
-	if _, err := os.Stat("/dev/kvm"); err != nil {
-		return false
-	}
-	for _, m := range []string{"kvm_intel", "kvm_amd"} {
-		if _, err := os.Stat(filepath.Join("/sys/module", m)); err == nil {
-			return true
-		}
-	}
-	return false
 }

@@ -74,12 +74,13 @@ func TestConvertRealVMIs(t *testing.T) {
 			if data, err := os.ReadFile(nvram); err != nil || string(data) != "vars.ms.fd" {
 				t.Errorf("per-VMI NVRAM copy: %q, %v", data, err)
 			}
-			wantF := &libvirtxml.DomainFeatureList{ACPI: &libvirtxml.DomainFeature{}, APIC: &libvirtxml.DomainFeatureAPIC{}, SMM: &libvirtxml.DomainFeatureSMM{State: "on"}}
+			wantF := &libvirtxml.DomainFeatureList{ACPI: &libvirtxml.DomainFeature{}, APIC: &libvirtxml.DomainFeatureAPIC{}, SMM: &libvirtxml.DomainFeatureSMM{}, VMPort: &libvirtxml.DomainFeatureState{State: "off"}}
 			if diff := cmp.Diff(wantF, d.Features); diff != "" {
 				t.Errorf("features (-want +got):\n%s", diff)
 			}
 			wantSys := []libvirtxml.DomainSysInfo{{SMBIOS: &libvirtxml.DomainSysInfoSMBIOS{System: &libvirtxml.DomainSysInfoSystem{Entry: []libvirtxml.DomainSysInfoEntry{
-				{Name: "uuid", Value: d.UUID}, {Name: "serial", Value: "SER-1"}}}}}}
+				{Name: "uuid", Value: d.UUID}, {Name: "serial", Value: "SER-1"}, {Name: "manufacturer", Value: "KubeVirt"}, {Name: "family", Value: "KubeVirt"},
+				{Name: "product", Value: "None"}, {Name: "sku"}, {Name: "version"}}}}}}
 			if diff := cmp.Diff(wantSys, d.SysInfo); diff != "" {
 				t.Errorf("sysinfo (-want +got):\n%s", diff)
 			}
@@ -155,12 +156,12 @@ func TestConvertRealVMIs(t *testing.T) {
 			vmi.Spec.Domain.Devices.AutoattachGraphicsDevice = on()
 			vmi.Spec.Domain.Devices.AutoattachSerialConsole = off()
 		}, check: func(t *testing.T, c *Conversion, d *libvirtxml.Domain, scratch string) {
-			wantRNG := []libvirtxml.DomainRNG{{Model: "virtio", Backend: &libvirtxml.DomainRNGBackend{Random: &libvirtxml.DomainRNGBackendRandom{Device: "/dev/urandom"}}}}
+			wantRNG := []libvirtxml.DomainRNG{{Model: "virtio-non-transitional", Backend: &libvirtxml.DomainRNGBackend{Random: &libvirtxml.DomainRNGBackendRandom{Device: "/dev/urandom"}}}}
 			if diff := cmp.Diff(wantRNG, d.Devices.RNGs, noXMLName); diff != "" {
 				t.Errorf("rng (-want +got):\n%s", diff)
 			}
-			wantG := []libvirtxml.DomainGraphic{{VNC: &libvirtxml.DomainGraphicVNC{Socket: filepath.Join(scratch, "vnc.sock")}}}
-			if diff := cmp.Diff(wantG, d.Devices.Graphics); diff != "" || len(d.Devices.Videos) != 1 || d.Devices.Videos[0].Model.Type != "vga" {
+			wantG := []libvirtxml.DomainGraphic{{VNC: &libvirtxml.DomainGraphicVNC{Listeners: []libvirtxml.DomainGraphicListener{{Socket: &libvirtxml.DomainGraphicListenerSocket{Socket: filepath.Join(scratch, "virt-vnc")}}}}}}
+			if diff := cmp.Diff(wantG, d.Devices.Graphics, noXMLName); diff != "" || len(d.Devices.Videos) != 1 || d.Devices.Videos[0].Model != (libvirtxml.DomainVideoModel{Type: "vga", Heads: 1, VRam: 16384}) {
 				t.Errorf("graphics (-want +got):\n%s videos %+v", diff, d.Devices.Videos)
 			}
 			if d.Devices.Serials != nil {
@@ -181,8 +182,8 @@ func TestConvertRealVMIs(t *testing.T) {
 			if diff := cmp.Diff(wantPorts, c.Ports); diff != "" {
 				t.Errorf("ports (-want +got):\n%s", diff)
 			}
-			wantArgs := []libvirtxml.DomainQEMUCommandlineArg{{Value: "-netdev"}, {Value: "user,id=ua-default,hostfwd=tcp:127.0.0.1:20080-:80,hostfwd=udp:127.0.0.1:20053-:53"},
-				{Value: "-device"}, {Value: "virtio-net-pci,netdev=ua-default,bus=pci.0,addr=0x1a,mac=02:00:00:00:00:01"}}
+			wantArgs := []libvirtxml.DomainQEMUCommandlineArg{{Value: "-netdev"}, {Value: "user,id=ua-default,net=10.0.2.0/24,host=10.0.2.1,dhcpstart=10.0.2.2,ipv6-net=fd10:0:2::/120,ipv6-host=fd10:0:2::1,hostfwd=tcp:127.0.0.1:20080-:80,hostfwd=udp:127.0.0.1:20053-:53"},
+				{Value: "-device"}, {Value: "virtio-net-pci-non-transitional,netdev=ua-default,id=ua-default,romfile=,bus=pci.0,addr=0x1a,mac=02:00:00:00:00:01"}}
 			if d.QEMUCommandline == nil || d.Devices.Interfaces != nil {
 				t.Fatalf("want the NIC on QEMU's command line, got interfaces %+v", d.Devices.Interfaces)
 			}
@@ -194,7 +195,8 @@ func TestConvertRealVMIs(t *testing.T) {
 			vmi.Spec.Domain.Devices.Interfaces = []v1.Interface{{Name: "default", Model: "e1000", InterfaceBindingMethod: v1.InterfaceBindingMethod{Bridge: &v1.InterfaceBridge{}}}}
 			vmi.Spec.Networks = []v1.Network{*v1.DefaultPodNetwork()}
 		}, check: func(t *testing.T, c *Conversion, d *libvirtxml.Domain, scratch string) {
-			want := []libvirtxml.DomainInterface{{Source: &libvirtxml.DomainInterfaceSource{User: &libvirtxml.DomainInterfaceSourceUser{}}, Model: &libvirtxml.DomainInterfaceModel{Type: "e1000"}}}
+			want := []libvirtxml.DomainInterface{{Source: &libvirtxml.DomainInterfaceSource{User: &libvirtxml.DomainInterfaceSourceUser{}}, Model: &libvirtxml.DomainInterfaceModel{Type: "e1000"},
+				Alias: &libvirtxml.DomainAlias{Name: "ua-default"}, ROM: &libvirtxml.DomainROM{Enabled: "no"}}}
 			if diff := cmp.Diff(want, d.Devices.Interfaces, noXMLName); diff != "" || c.Ports != nil {
 				t.Errorf("interfaces (-want +got):\n%s ports %v", diff, c.Ports)
 			}
@@ -222,6 +224,12 @@ func TestConvertRealVMIs(t *testing.T) {
 				if ro {
 					dd.ReadOnly = &libvirtxml.DomainDiskReadOnly{}
 				}
+				if dev == "disk" {
+					dd.Driver.Discard = "unmap"
+				}
+				if dev == "disk" && bus == "virtio" {
+					dd.Model = "virtio-non-transitional"
+				}
 				return dd
 			}
 			want := []libvirtxml.DomainDisk{
@@ -231,6 +239,8 @@ func TestConvertRealVMIs(t *testing.T) {
 				disk("disk", "scratch", filepath.Join(scratch, "emptydisk-scratch.qcow2"), "qcow2", "vdc", "virtio", false),
 				disk("cdrom", "ci", filepath.Join(scratch, "cloudinit-ci.iso"), "raw", "sdb", "sata", true),
 			}
+			want[2].BackingStore = &libvirtxml.DomainDiskBackingStore{Format: &libvirtxml.DomainDiskFormat{Type: "raw"},
+				Source: &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: filepath.Join(claims, "golden/disk.img")}}}
 			if diff := cmp.Diff(want, d.Devices.Disks, noXMLName); diff != "" {
 				t.Errorf("disks (-want +got):\n%s", diff)
 			}

@@ -17,14 +17,9 @@ import (
 )
 
 func setDisks(ctx context.Context, dom *libvirtxml.Domain, vmi *v1.VirtualMachineInstance, opts *DomainOptions) error {
-	volumes := map[string]*v1.Volume{}
-	index := map[string]int{}
-	for i := range vmi.Spec.Volumes {
-		v := &vmi.Spec.Volumes[i]
-		if _, dup := volumes[v.Name]; dup {
-			return &SpecError{Field: fmt.Sprintf("spec.volumes[%d].name", i), Msg: fmt.Sprintf("duplicate volume name %q", v.Name)}
-		}
-		volumes[v.Name], index[v.Name] = v, i
+	volumes, index, err := volumesByName(vmi)
+	if err != nil {
+		return err
 	}
 	used := map[string]bool{}
 	next := map[string]int{}
@@ -38,73 +33,16 @@ func setDisks(ctx context.Context, dom *libvirtxml.Domain, vmi *v1.VirtualMachin
 			return &SpecError{Field: field + ".name", Msg: fmt.Sprintf("volume %q is used by two disks", d.Name)}
 		}
 		used[d.Name] = true
-		device, bus, busField, readonly := "disk", v1.DiskBusVirtio, field+".disk.bus", false
-		switch {
-		case d.LUN != nil:
-			return &SpecError{Field: field + ".lun", Msg: "is not supported (SCSI pass-through needs a block device): use disk"}
-		case d.CDRom != nil:
-			device, busField, readonly = "cdrom", field+".cdrom.bus", enabledOr(d.CDRom.ReadOnly, true)
-			bus = v1.DiskBusSATA
-			if d.CDRom.Bus != "" {
-				bus = d.CDRom.Bus
-			}
-		case d.Disk != nil:
-			if d.Disk.Bus != "" {
-				bus = d.Disk.Bus
-			}
-			readonly = d.Disk.ReadOnly
-		}
-		prefix := ""
-		switch {
-		case bus == v1.DiskBusVirtio && device == "disk":
-			prefix = "vd"
-		case bus == v1.DiskBusSATA:
-			prefix = "sd"
-		default:
-			allowed := "virtio, sata"
-			if device == "cdrom" {
-				allowed = "sata"
-			}
-			return &SpecError{Field: busField, Msg: fmt.Sprintf("%q is not supported (allowed: %s)", bus, allowed)}
-		}
-		src, err := diskSource(ctx, vmi, v, fmt.Sprintf("spec.volumes[%d]", index[v.Name]), opts)
+		kind, err := diskKindOf(d, field)
 		if err != nil {
 			return err
 		}
-		path, format := src.path, src.format
-		if format == "" {
-			if format, err = imageFormat(path); err != nil {
-				return &SpecError{Field: field, Msg: err.Error()}
-			}
+		file, err := diskFileOf(ctx, vmi, d, v, field, fmt.Sprintf("spec.volumes[%d]", index[v.Name]), kind.readonly, opts)
+		if err != nil {
+			return err
 		}
-		readonly = readonly || src.readonly
-		if src.ephemeral && opts.ScratchDir != "" && !readonly {
-			// A container disk is ephemeral in KubeVirt: writes go to an
-			// overlay that is thrown away, never into the image itself.
-			overlay, err := createOverlay(path, format, opts.ScratchDir, d.Name)
-			if err != nil {
-				return &SpecError{Field: field, Msg: err.Error()}
-			}
-			path, format = overlay, "qcow2"
-		} else if src.ephemeral {
-			readonly = true
-		}
-		disk := libvirtxml.DomainDisk{
-			Device: device,
-			Alias:  &libvirtxml.DomainAlias{Name: "ua-" + d.Name},
-			Driver: &libvirtxml.DomainDiskDriver{Name: "qemu", Type: format},
-			Source: &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: path}},
-			Target: &libvirtxml.DomainDiskTarget{Dev: prefix + string(rune('a'+next[prefix])), Bus: string(bus)},
-			Serial: d.Serial,
-		}
-		if d.BootOrder != nil {
-			disk.Boot = &libvirtxml.DomainDeviceBoot{Order: *d.BootOrder}
-		}
-		next[prefix]++
-		if readonly {
-			disk.ReadOnly = &libvirtxml.DomainDiskReadOnly{}
-		}
-		dom.Devices.Disks = append(dom.Devices.Disks, disk)
+		dom.Devices.Disks = append(dom.Devices.Disks, newDisk(vmi, d, kind, file, kind.prefix+string(rune('a'+next[kind.prefix]))))
+		next[kind.prefix]++
 	}
 	for i, v := range vmi.Spec.Volumes {
 		if !used[v.Name] {
@@ -112,6 +50,138 @@ func setDisks(ctx context.Context, dom *libvirtxml.Domain, vmi *v1.VirtualMachin
 		}
 	}
 	return nil
+}
+
+// volumesByName indexes spec.volumes by name (the volume and its index),
+// refusing a name used twice.
+func volumesByName(vmi *v1.VirtualMachineInstance) (map[string]*v1.Volume, map[string]int, error) {
+	volumes := map[string]*v1.Volume{}
+	index := map[string]int{}
+	for i := range vmi.Spec.Volumes {
+		v := &vmi.Spec.Volumes[i]
+		if _, dup := volumes[v.Name]; dup {
+			return nil, nil, &SpecError{Field: fmt.Sprintf("spec.volumes[%d].name", i), Msg: fmt.Sprintf("duplicate volume name %q", v.Name)}
+		}
+		volumes[v.Name], index[v.Name] = v, i
+	}
+	return volumes, index, nil
+}
+
+// diskKind is what a disk's kind (disk or cdrom) and bus make of it.
+type diskKind struct {
+	// device is libvirt's disk device: disk or cdrom.
+	device string
+	// bus is the target bus: virtio or sata.
+	bus v1.DiskBus
+	// prefix starts the target device name: vd or sd.
+	prefix string
+	// readonly is what the disk asks for (a cdrom is read-only by default).
+	readonly bool
+}
+
+// diskKindOf reads a disk's device, bus and read-only flag, refusing a LUN
+// and a bus the device cannot have.
+func diskKindOf(d v1.Disk, field string) (diskKind, error) {
+	device, bus, busField, readonly := "disk", v1.DiskBusVirtio, field+".disk.bus", false
+	switch {
+	case d.LUN != nil:
+		return diskKind{}, &SpecError{Field: field + ".lun", Msg: "is not supported (SCSI pass-through needs a block device): use disk"}
+	case d.CDRom != nil:
+		device, busField, readonly = "cdrom", field+".cdrom.bus", enabledOr(d.CDRom.ReadOnly, true)
+		bus = v1.DiskBusSATA
+		if d.CDRom.Bus != "" {
+			bus = d.CDRom.Bus
+		}
+	case d.Disk != nil:
+		if d.Disk.Bus != "" {
+			bus = d.Disk.Bus
+		}
+		readonly = d.Disk.ReadOnly
+	}
+	prefix := ""
+	switch {
+	case bus == v1.DiskBusVirtio && device == "disk":
+		prefix = "vd"
+	case bus == v1.DiskBusSATA:
+		prefix = "sd"
+	default:
+		allowed := "virtio, sata"
+		if device == "cdrom" {
+			allowed = "sata"
+		}
+		return diskKind{}, &SpecError{Field: busField, Msg: fmt.Sprintf("%q is not supported (allowed: %s)", bus, allowed)}
+	}
+	return diskKind{device: device, bus: bus, prefix: prefix, readonly: readonly}, nil
+}
+
+// diskFile is the file a disk's domain entry names.
+type diskFile struct {
+	path, format string
+	// backing names the image under an ephemeral disk's overlay.
+	backing  *libvirtxml.DomainDiskBackingStore
+	readonly bool
+}
+
+// diskFileOf resolves a disk's volume to its file and format. An
+// ephemeral volume gets a throw-away overlay when writable (and a scratch
+// folder exists), or is made read-only.
+func diskFileOf(ctx context.Context, vmi *v1.VirtualMachineInstance, d v1.Disk, v *v1.Volume, field, volumeField string, readonly bool, opts *DomainOptions) (diskFile, error) {
+	src, err := diskSource(ctx, vmi, v, volumeField, opts)
+	if err != nil {
+		return diskFile{}, err
+	}
+	path, format := src.path, src.format
+	if format == "" {
+		if format, err = imageFormat(path); err != nil {
+			return diskFile{}, &SpecError{Field: field, Msg: err.Error()}
+		}
+	}
+	readonly = readonly || src.readonly
+	var backing *libvirtxml.DomainDiskBackingStore
+	if src.ephemeral && opts.ScratchDir != "" && !readonly {
+		// A container disk is ephemeral in KubeVirt: writes go to an
+		// overlay that is thrown away, never into the image itself.
+		overlay, err := createOverlay(path, format, opts.ScratchDir, d.Name)
+		if err != nil {
+			return diskFile{}, &SpecError{Field: field, Msg: err.Error()}
+		}
+		// KubeVirt names the backing image in the domain too.
+		backing = &libvirtxml.DomainDiskBackingStore{Format: &libvirtxml.DomainDiskFormat{Type: format},
+			Source: &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: path}}}
+		path, format = overlay, "qcow2"
+	} else if src.ephemeral {
+		readonly = true
+	}
+	return diskFile{path: path, format: format, backing: backing, readonly: readonly}, nil
+}
+
+// newDisk is a disk's domain entry, as KubeVirt writes it, with target
+// device dev.
+func newDisk(vmi *v1.VirtualMachineInstance, d v1.Disk, kind diskKind, file diskFile, dev string) libvirtxml.DomainDisk {
+	disk := libvirtxml.DomainDisk{
+		Device:       kind.device,
+		Alias:        &libvirtxml.DomainAlias{Name: "ua-" + d.Name},
+		Driver:       &libvirtxml.DomainDiskDriver{Name: "qemu", Type: file.format},
+		Source:       &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: file.path}},
+		Target:       &libvirtxml.DomainDiskTarget{Dev: dev, Bus: string(kind.bus)},
+		Serial:       d.Serial,
+		BackingStore: file.backing,
+	}
+	if d.BootOrder != nil {
+		disk.Boot = &libvirtxml.DomainDeviceBoot{Order: *d.BootOrder}
+	}
+	if kind.device == "disk" {
+		// As KubeVirt: guest discards free space in the image, and
+		// virtio disks are virtio-non-transitional.
+		disk.Driver.Discard = "unmap"
+		if kind.bus == v1.DiskBusVirtio {
+			disk.Model = virtioModel(vmi)
+		}
+	}
+	if file.readonly {
+		disk.ReadOnly = &libvirtxml.DomainDiskReadOnly{}
+	}
+	return disk
 }
 
 // source is where a volume's disk comes from.
@@ -137,8 +207,15 @@ func diskSource(ctx context.Context, vmi *v1.VirtualMachineInstance, v *v1.Volum
 				return source{}, &SpecError{Field: field + ".hostDisk.path", Msg: fmt.Sprintf("type Disk needs an existing file: %v", err)}
 			}
 		case v1.HostDiskExistsOrCreate:
-			if err := createSparse(hd.Path, hd.Capacity.Value()); err != nil {
+			if !filepath.IsAbs(hd.Path) {
+				return source{}, &SpecError{Field: field + ".hostDisk.path", Msg: fmt.Sprintf("%q is not an absolute path", hd.Path)}
+			}
+			_, statErr := os.Stat(hd.Path)
+			if err := createSparse(hd.Path, hd.Capacity.Value(), opts.DryRun); err != nil {
 				return source{}, &SpecError{Field: field + ".hostDisk", Msg: err.Error()}
+			}
+			if statErr != nil {
+				return source{path: hd.Path, format: "raw"}, nil // created (or, in a dry run, to be) sparse and raw
 			}
 		default:
 			return source{}, &SpecError{Field: field + ".hostDisk.type", Msg: fmt.Sprintf("%q is not allowed (allowed: Disk, DiskOrCreate)", hd.Type)}
@@ -157,6 +234,16 @@ func diskSource(ctx context.Context, vmi *v1.VirtualMachineInstance, v *v1.Volum
 		p, err := claimFile(opts.ClaimDir, v.PersistentVolumeClaim.ClaimName, field+".persistentVolumeClaim.claimName")
 		return source{path: p, readonly: v.PersistentVolumeClaim.ReadOnly}, err
 	case v.DataVolume != nil:
+		for i := range opts.DataVolumeTemplates {
+			if dvt := &opts.DataVolumeTemplates[i]; dvt.Name == v.DataVolume.Name {
+				if err := importDataVolume(ctx, dvt, fmt.Sprintf("spec.dataVolumeTemplates[%d]", i), opts); err != nil {
+					return source{}, err
+				}
+				if opts.DryRun {
+					return source{path: filepath.Join(opts.ClaimDir, dvt.Name, "disk.img"), format: "raw"}, nil
+				}
+			}
+		}
 		p, err := claimFile(opts.ClaimDir, v.DataVolume.Name, field+".dataVolume.name")
 		return source{path: p}, err
 	case v.Ephemeral != nil:
@@ -197,7 +284,10 @@ func diskSource(ctx context.Context, vmi *v1.VirtualMachineInstance, v *v1.Volum
 		if err := data.WriteISO(ctx, p); err != nil {
 			return source{}, &SpecError{Field: field, Msg: err.Error()}
 		}
-		return source{path: p, format: "raw", readonly: true}, nil
+		// KubeVirt attaches the cloud-init ISO writable (the guest may
+		// not write to an ISO 9660 file system, but the disk is not
+		// marked read-only).
+		return source{path: p, format: "raw"}, nil
 	}
 	return source{}, &SpecError{Field: field, Msg: "unsupported volume source (supported: hostDisk, containerDisk, persistentVolumeClaim, dataVolume, ephemeral, emptyDisk, cloudInitNoCloud, cloudInitConfigDrive)"}
 }
@@ -233,12 +323,21 @@ func createEmptyDisk(ctx context.Context, dir, name string, size int64) (string,
 	return p, nil
 }
 
-func createSparse(path string, size int64) error {
+// createSparse makes a DiskOrCreate host disk of size bytes unless it
+// exists, creating its folder first as KubeVirt does (it mounts the parent
+// folder as DirectoryOrCreate). A dry run only checks.
+func createSparse(path string, size int64, dryRun bool) error {
 	if _, err := os.Stat(path); err == nil {
 		return nil
 	}
 	if size <= 0 {
 		return fmt.Errorf("type DiskOrCreate needs a capacity to create %s", path)
+	}
+	if dryRun {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("creating the disk's folder: %w", err)
 	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {

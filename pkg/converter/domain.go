@@ -3,6 +3,8 @@ package converter
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 
 	k8sv1 "k8s.io/api/core/v1"
@@ -35,8 +37,15 @@ type DomainOptions struct {
 	// OVMF are the UEFI firmware files; zero means DebianOVMF().
 	OVMF OVMF
 	// HostPort picks the loopback port a forwarded guest port is reached
-	// on; nil picks a free one.
+	// on; nil picks a free one (port 0, chosen at launch, in a dry run).
 	HostPort func(protocol string, guestPort int) (int, error)
+	// DryRun renders the domain without changing the host: no hostDisk
+	// image or folder is created (files in ScratchDir, which the launcher
+	// removes, and the image cache are still made).
+	DryRun bool
+	// DataVolumeTemplates are the VM's; a dataVolume volume naming one is
+	// imported into ClaimDir first when its claim has no disk image yet.
+	DataVolumeTemplates []v1.DataVolumeTemplateSpec
 }
 
 // Conversion is a VMI turned into a domain, with what the launcher should
@@ -80,86 +89,152 @@ func BuildDomain(vmi *v1.VirtualMachineInstance, opts DomainOptions) (*libvirtxm
 // it does not read at all. Files it makes (overlays, empty disks, cloud-init
 // ISOs, the UEFI variable store) go into opts.ScratchDir.
 func Convert(ctx context.Context, vmi *v1.VirtualMachineInstance, opts DomainOptions) (*Conversion, error) {
+	if err := prepareOptions(&opts); err != nil {
+		return nil, err
+	}
 	conv := &Conversion{}
-	spec := &vmi.Spec
+	dom := newDomain(vmi, opts.Accel)
+	if err := setMachine(dom, &vmi.Spec, opts.Accel); err != nil {
+		return nil, err
+	}
+	ports, err := setInterfaces(dom, &vmi.Spec, opts.HostPort)
+	if err != nil {
+		return nil, err
+	}
+	conv.Ports = ports
+	if err := setBoot(ctx, dom, vmi, &opts, &conv.Notes); err != nil {
+		return nil, err
+	}
+	setFixedDevices(dom, vmi, opts)
+	conv.Domain = dom
+	return conv, nil
+}
+
+// prepareOptions makes the claim folder absolute, creates the per-VMI
+// folder and, for a dry run, stands in for the host-port choice.
+func prepareOptions(opts *DomainOptions) error {
+	if opts.ClaimDir != "" {
+		// The domain is read by libvirt and QEMU, not from this
+		// process's working directory.
+		abs, err := filepath.Abs(opts.ClaimDir)
+		if err != nil {
+			return fmt.Errorf("claim folder %s: %w", opts.ClaimDir, err)
+		}
+		opts.ClaimDir = abs
+	}
+	if opts.ScratchDir != "" {
+		// QEMU binds the display's and the guest agent's sockets there.
+		if err := os.MkdirAll(opts.ScratchDir, 0o700); err != nil {
+			return fmt.Errorf("creating the per-VMI folder: %w", err)
+		}
+	}
+	if opts.DryRun && opts.HostPort == nil {
+		opts.HostPort = func(string, int) (int, error) { return 0, nil }
+	}
+	return nil
+}
+
+// newDomain is the domain's frame: type, name, UUID, lifecycle actions and
+// the USB controller turned off.
+func newDomain(vmi *v1.VirtualMachineInstance, accel Accel) *libvirtxml.Domain {
 	dom := &libvirtxml.Domain{
-		Type:       opts.Accel.DomainType(),
+		Type:       accel.DomainType(),
 		Name:       DomainName(vmi),
 		OnPoweroff: "destroy",
 		OnCrash:    "destroy",
 		Features:   &libvirtxml.DomainFeatureList{},
 		Devices: &libvirtxml.DomainDeviceList{
-			// No USB, no balloon, no graphics: a small VM boots faster and
-			// every device present is one the VMI asked for or implies.
-			Controllers: []libvirtxml.DomainController{{Type: "usb", Model: "none"}},
-			MemBalloon:  &libvirtxml.DomainMemBalloon{Model: "none"},
+			// No USB controller: KubeVirt attaches none unless a device
+			// needs one. The balloon and graphics follow the
+			// autoattach fields (setBalloon, setDevicesExtra).
+			// KubeVirt always adds a virtio-scsi controller (for hot-plug)
+			// and a virtio-serial one for the guest agent's channel.
+			Controllers: []libvirtxml.DomainController{{Type: "usb", Index: ptr(uint(0)), Model: "none"}},
 		},
 	}
 	if uuid := vmiUUID(vmi); uuid != "" {
 		dom.UUID = uuid
 	}
+	return dom
+}
 
+// setMachine checks the architecture and sets the CPU, the memory and the
+// machine type (pc unless the VMI names another pc or q35 one).
+func setMachine(dom *libvirtxml.Domain, spec *v1.VirtualMachineInstanceSpec, accel Accel) error {
 	if a := spec.Architecture; a != "" && a != "amd64" {
-		return nil, &SpecError{Field: "spec.architecture", Msg: fmt.Sprintf("%q is not supported (allowed: amd64, the host's)", a)}
+		return &SpecError{Field: "spec.architecture", Msg: fmt.Sprintf("%q is not supported (allowed: amd64, the host's)", a)}
 	}
-	if err := setCPU(dom, spec.Domain.CPU, opts.Accel); err != nil {
-		return nil, err
+	if err := setCPU(dom, spec.Domain.CPU, accel); err != nil {
+		return err
 	}
 	if err := setMemory(dom, &spec.Domain); err != nil {
-		return nil, err
+		return err
 	}
 	machine := "pc"
 	if spec.Domain.Machine != nil && spec.Domain.Machine.Type != "" {
 		machine = spec.Domain.Machine.Type
 		if !(machine == "pc" || machine == "q35" || strings.HasPrefix(machine, "pc-i440fx-") || strings.HasPrefix(machine, "pc-q35-")) {
-			return nil, &SpecError{Field: "spec.domain.machine.type", Msg: fmt.Sprintf("%q is not supported (allowed: pc, q35, pc-i440fx-*, pc-q35-*)", machine)}
+			return &SpecError{Field: "spec.domain.machine.type", Msg: fmt.Sprintf("%q is not supported (allowed: pc, q35, pc-i440fx-*, pc-q35-*)", machine)}
 		}
 	}
 	dom.OS = &libvirtxml.DomainOS{Type: &libvirtxml.DomainOSType{Type: "hvm", Arch: "x86_64", Machine: machine}}
-	ports, err := setInterfaces(dom, spec, opts.HostPort)
-	if err != nil {
-		return nil, err
+	return nil
+}
+
+// setBoot sets features, firmware, clock, kernel boot, disks and the
+// autoattached devices, and refuses a VMI with nothing to boot.
+func setBoot(ctx context.Context, dom *libvirtxml.Domain, vmi *v1.VirtualMachineInstance, opts *DomainOptions, notes *[]string) error {
+	spec := &vmi.Spec
+	setFeatures(dom, spec.Domain.Features, opts.Accel, notes)
+	if err := setFirmware(dom, vmi, opts); err != nil {
+		return err
 	}
-	conv.Ports = ports
-	setFeatures(dom, spec.Domain.Features, opts.Accel, &conv.Notes)
-	if err := setFirmware(dom, vmi, &opts); err != nil {
-		return nil, err
-	}
-	if err := setClock(dom, spec.Domain.Clock, opts.Accel, &conv.Notes); err != nil {
-		return nil, err
+	if err := setClock(dom, spec.Domain.Clock, opts.Accel, notes); err != nil {
+		return err
 	}
 	if err := setKernelBoot(dom, spec.Domain.Firmware, opts.Images); err != nil {
-		return nil, err
+		return err
 	}
-	if err := setDisks(ctx, dom, vmi, &opts); err != nil {
-		return nil, err
+	if err := setDisks(ctx, dom, vmi, opts); err != nil {
+		return err
 	}
-	if err := setDevicesExtra(dom, &spec.Domain.Devices, opts.ScratchDir); err != nil {
-		return nil, err
+	if err := setDevicesExtra(dom, vmi, opts.ScratchDir); err != nil {
+		return err
 	}
 	if dom.OS.Kernel == "" && len(dom.Devices.Disks) == 0 {
-		return nil, &SpecError{Field: "spec.domain.firmware.kernelBoot", Msg: "the VMI has nothing to boot: set spec.domain.firmware.kernelBoot.container or add a disk backed by a hostDisk or containerDisk volume"}
+		return &SpecError{Field: "spec.domain.firmware.kernelBoot", Msg: "the VMI has nothing to boot: set spec.domain.firmware.kernelBoot.container or add a disk backed by a hostDisk or containerDisk volume"}
 	}
-	if dom.OS.Kernel == "" {
-		dom.OS.BootDevices = []libvirtxml.DomainBootDevice{{Dev: "hd"}}
+	return nil
+}
+
+// setFixedDevices adds what every domain has: the SCSI and virtio-serial
+// controllers, the guest agent's channel, the balloon, the serial console
+// (unless turned off) and the pvpanic device.
+func setFixedDevices(dom *libvirtxml.Domain, vmi *v1.VirtualMachineInstance, opts DomainOptions) {
+	model := virtioModel(vmi)
+	dom.Devices.Controllers = append(dom.Devices.Controllers,
+		libvirtxml.DomainController{Type: "scsi", Index: ptr(uint(0)), Model: model},
+		libvirtxml.DomainController{Type: "virtio-serial", Index: ptr(uint(0)), Model: model})
+	// The guest agent's channel. Its socket goes into the per-VMI folder:
+	// the path libvirt would pick under an embedded root is longer than a
+	// unix socket path may be.
+	qga := &libvirtxml.DomainChardevSourceUNIX{}
+	if opts.ScratchDir != "" {
+		qga = &libvirtxml.DomainChardevSourceUNIX{Mode: "bind", Path: filepath.Join(opts.ScratchDir, "qga.sock")}
 	}
-	for _, f := range []struct {
-		field string
-		value *bool
-	}{
-		{"spec.domain.devices.autoattachMemBalloon", spec.Domain.Devices.AutoattachMemBalloon},
-	} {
-		if f.value != nil && *f.value {
-			return nil, &SpecError{Field: f.field, Msg: "true is not supported: the launcher attaches no memory balloon (set it to false or leave it out)"}
-		}
+	dom.Devices.Channels = []libvirtxml.DomainChannel{{
+		Source: &libvirtxml.DomainChardevSource{UNIX: qga},
+		Target: &libvirtxml.DomainChannelTarget{VirtIO: &libvirtxml.DomainChannelTargetVirtIO{Name: "org.qemu.guest_agent.0"}},
+	}}
+	setBalloon(dom, vmi)
+	consoleLog := opts.ConsoleLog
+	if a := vmi.Spec.Domain.Devices.AutoattachSerialConsole; a != nil && !*a {
+		consoleLog = ""
 	}
-	if a := spec.Domain.Devices.AutoattachSerialConsole; a != nil && !*a {
-		opts.ConsoleLog = ""
-	}
-	if opts.ConsoleLog != "" {
+	if consoleLog != "" {
 		port := uint(0)
 		dom.Devices.Serials = []libvirtxml.DomainSerial{{
-			Source: &libvirtxml.DomainChardevSource{File: &libvirtxml.DomainChardevSourceFile{Path: opts.ConsoleLog}},
+			Source: &libvirtxml.DomainChardevSource{File: &libvirtxml.DomainChardevSourceFile{Path: consoleLog}},
 			Target: &libvirtxml.DomainSerialTarget{Port: &port},
 		}}
 		dom.Devices.Consoles = []libvirtxml.DomainConsole{{Target: &libvirtxml.DomainConsoleTarget{Type: "serial", Port: &port}}}
@@ -170,11 +245,38 @@ func Convert(ctx context.Context, vmi *v1.VirtualMachineInstance, opts DomainOpt
 		Model:   "isa",
 		Address: &libvirtxml.DomainAddress{ISA: &libvirtxml.DomainAddressISA{IOBase: ptr(uint(0x505))}},
 	}}
-	conv.Domain = dom
-	return conv, nil
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// balloonStatsPeriod is virt-handler's default memBalloonStatsPeriod (s).
+const balloonStatsPeriod = 10
+
+// setBalloon attaches KubeVirt's default memory balloon: virtio with
+// statistics every 10 s and free page reporting, unless
+// autoattachMemBalloon is false (then model none, as KubeVirt). Free page
+// reporting is off for VMIs with dedicated CPUs, as KubeVirt.
+func setBalloon(dom *libvirtxml.Domain, vmi *v1.VirtualMachineInstance) {
+	if a := vmi.Spec.Domain.Devices.AutoattachMemBalloon; a != nil && !*a {
+		dom.Devices.MemBalloon = &libvirtxml.DomainMemBalloon{Model: "none"}
+		return
+	}
+	b := &libvirtxml.DomainMemBalloon{Model: virtioModel(vmi), Stats: &libvirtxml.DomainMemBalloonStats{Period: balloonStatsPeriod}}
+	if !vmi.IsHighPerformanceVMI() && vmi.Annotations[v1.FreePageReportingDisabledAnnotation] != "true" {
+		b.FreePageReporting = "on"
+	}
+	dom.Devices.MemBalloon = b
+}
+
+// virtioModel is the model KubeVirt gives virtio devices:
+// virtio-non-transitional, or virtio-transitional when the VMI asks for
+// useVirtioTransitional.
+func virtioModel(vmi *v1.VirtualMachineInstance) string {
+	if t := vmi.Spec.Domain.Devices.UseVirtioTransitional; t != nil && *t {
+		return "virtio-transitional"
+	}
+	return "virtio-non-transitional"
+}
 
 // vmiUUID is the domain UUID: firmware.uuid when set, else the VMI UID when
 // it is a UUID; libvirt generates one otherwise.
@@ -218,14 +320,29 @@ func setCPU(dom *libvirtxml.Domain, cpu *v1.CPU, accel Accel) error {
 		if cpu.MaxSockets != 0 && cpu.MaxSockets < sockets {
 			return &SpecError{Field: "spec.domain.cpu.maxSockets", Msg: fmt.Sprintf("%d is below spec.domain.cpu.sockets %d", cpu.MaxSockets, sockets)}
 		}
-		// maxSockets only bounds CPU hotplug, which the launcher never does.
 	}
 	n := sockets * cores * threads
 	if n > 64 {
 		return &SpecError{Field: "spec.domain.cpu", Msg: fmt.Sprintf("sockets x cores x threads = %d vCPUs; at most 64 are supported", n)}
 	}
-	dom.VCPU = &libvirtxml.DomainVCPU{Value: uint(n)}
+	dom.VCPU = &libvirtxml.DomainVCPU{Placement: "static", Value: uint(n)}
 	dom.CPU = &libvirtxml.DomainCPU{Topology: &libvirtxml.DomainCPUTopology{Sockets: int(sockets), Cores: int(cores), Threads: int(threads)}}
+	if cpu != nil && cpu.MaxSockets > sockets {
+		// As KubeVirt: room to hot-plug up to maxSockets sockets, the
+		// requested vCPUs enabled, those of the first socket fixed.
+		total := cpu.MaxSockets * cores * threads
+		if total > 256 {
+			return &SpecError{Field: "spec.domain.cpu.maxSockets", Msg: fmt.Sprintf("maxSockets x cores x threads = %d vCPUs; at most 256 are supported", total)}
+		}
+		dom.VCPU.Value = uint(total)
+		dom.CPU.Topology.Sockets = int(cpu.MaxSockets)
+		dom.VCPUs = &libvirtxml.DomainVCPUs{}
+		for id := uint32(0); id < total; id++ {
+			dom.VCPUs.VCPU = append(dom.VCPUs.VCPU, libvirtxml.DomainVCPUsVCPU{
+				Id: ptr(uint(id)), Enabled: yesNo(id < n), Hotpluggable: yesNo(id >= cores*threads),
+			})
+		}
+	}
 	if accel == AccelKVM {
 		dom.CPU.Mode = "host-model"
 	}

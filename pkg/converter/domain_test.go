@@ -38,6 +38,8 @@ func baseVMI() *v1.VirtualMachineInstance {
 		ObjectMeta: metaNS("vm1", "ns1", "6d3c1c5e-0b6a-4a43-9f43-0c3a3c6a9e01"),
 		Spec: v1.VirtualMachineInstanceSpec{Domain: v1.DomainSpec{
 			Memory: &v1.Memory{Guest: &mem},
+			// No display: most cases run without a per-VMI folder.
+			Devices: v1.Devices{AutoattachGraphicsDevice: off()},
 			Firmware: &v1.Firmware{KernelBoot: &v1.KernelBoot{KernelArgs: "console=ttyS0",
 				Container: &v1.KernelBootContainer{Image: "example.com/guest:1", KernelPath: "/boot/vmlinuz", InitrdPath: "/boot/initrd.img"}}},
 		}},
@@ -59,6 +61,10 @@ func roundTrip(t *testing.T, d *libvirtxml.Domain) *libvirtxml.Domain {
 	return &out
 }
 
+// kubeVirtSMBIOS are virt-handler's default SMBIOS system entries.
+var kubeVirtSMBIOS = []libvirtxml.DomainSysInfoEntry{{Name: "manufacturer", Value: "KubeVirt"}, {Name: "family", Value: "KubeVirt"},
+	{Name: "product", Value: "None"}, {Name: "sku"}, {Name: "version"}}
+
 func TestBuildDomain(t *testing.T) {
 	images, root := testImages(t)
 	hostDisk := filepath.Join(t.TempDir(), "host.img")
@@ -68,15 +74,19 @@ func TestBuildDomain(t *testing.T) {
 		d := &libvirtxml.Domain{
 			Type: "qemu", Name: "ns1_vm1", UUID: "6d3c1c5e-0b6a-4a43-9f43-0c3a3c6a9e01",
 			Memory:     &libvirtxml.DomainMemory{Value: 262144, Unit: "KiB"},
-			VCPU:       &libvirtxml.DomainVCPU{Value: 1},
+			VCPU:       &libvirtxml.DomainVCPU{Placement: "static", Value: 1},
 			CPU:        &libvirtxml.DomainCPU{Topology: &libvirtxml.DomainCPUTopology{Sockets: 1, Cores: 1, Threads: 1}},
 			OnPoweroff: "destroy", OnCrash: "destroy",
 			OS: &libvirtxml.DomainOS{Type: &libvirtxml.DomainOSType{Type: "hvm", Arch: "x86_64", Machine: "pc"},
 				Kernel: filepath.Join(root, "boot/vmlinuz"), Initrd: filepath.Join(root, "boot/initrd.img"), Cmdline: "console=ttyS0"},
-			Features: &libvirtxml.DomainFeatureList{ACPI: &libvirtxml.DomainFeature{}},
+			Features: &libvirtxml.DomainFeatureList{ACPI: &libvirtxml.DomainFeature{}, VMPort: &libvirtxml.DomainFeatureState{State: "off"}},
 			Devices: &libvirtxml.DomainDeviceList{
-				Controllers: []libvirtxml.DomainController{{Type: "usb", Model: "none"}},
-				MemBalloon:  &libvirtxml.DomainMemBalloon{Model: "none"},
+				Controllers: []libvirtxml.DomainController{{Type: "usb", Index: ptr(uint(0)), Model: "none"},
+					{Type: "scsi", Index: ptr(uint(0)), Model: "virtio-non-transitional"},
+					{Type: "virtio-serial", Index: ptr(uint(0)), Model: "virtio-non-transitional"}},
+				Channels: []libvirtxml.DomainChannel{{Source: &libvirtxml.DomainChardevSource{UNIX: &libvirtxml.DomainChardevSourceUNIX{}},
+					Target: &libvirtxml.DomainChannelTarget{VirtIO: &libvirtxml.DomainChannelTargetVirtIO{Name: "org.qemu.guest_agent.0"}}}},
+				MemBalloon: &libvirtxml.DomainMemBalloon{Model: "virtio-non-transitional", FreePageReporting: "on", Stats: &libvirtxml.DomainMemBalloonStats{Period: 10}},
 				Serials: []libvirtxml.DomainSerial{{Source: &libvirtxml.DomainChardevSource{File: &libvirtxml.DomainChardevSourceFile{Path: "/log/console.log"}},
 					Target: &libvirtxml.DomainSerialTarget{Port: &port}}},
 				Consoles: []libvirtxml.DomainConsole{{Target: &libvirtxml.DomainConsoleTarget{Type: "serial", Port: &port}}},
@@ -88,7 +98,7 @@ func TestBuildDomain(t *testing.T) {
 		}
 		// KubeVirt puts the firmware UUID into SMBIOS too.
 		d.SysInfo = []libvirtxml.DomainSysInfo{{SMBIOS: &libvirtxml.DomainSysInfoSMBIOS{System: &libvirtxml.DomainSysInfoSystem{
-			Entry: []libvirtxml.DomainSysInfoEntry{{Name: "uuid", Value: d.UUID}}}}}}
+			Entry: append([]libvirtxml.DomainSysInfoEntry{{Name: "uuid", Value: d.UUID}}, kubeVirtSMBIOS...)}}}}
 		d.OS.SMBios = &libvirtxml.DomainSMBios{Mode: "sysinfo"}
 		return d
 	}
@@ -124,6 +134,7 @@ func TestBuildDomain(t *testing.T) {
 			d.Devices.Disks = []libvirtxml.DomainDisk{{Device: "disk", Alias: &libvirtxml.DomainAlias{Name: "ua-d1"},
 				Driver: &libvirtxml.DomainDiskDriver{Name: "qemu", Type: "qcow2"}, Source: &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: hostDisk}},
 				Target: &libvirtxml.DomainDiskTarget{Dev: "sda", Bus: "sata"}, Serial: "S1", ReadOnly: &libvirtxml.DomainDiskReadOnly{}}}
+			d.Devices.Disks[0].Driver.Discard = "unmap"
 		})},
 		{"container disk without scratch is read-only; firmware uuid wins", AccelTCG, func(vmi *v1.VirtualMachineInstance) {
 			vmi.Spec.Domain.Firmware.UUID = "11111111-2222-3333-4444-555555555555"
@@ -134,6 +145,8 @@ func TestBuildDomain(t *testing.T) {
 			d.Devices.Disks = []libvirtxml.DomainDisk{{Device: "disk", Alias: &libvirtxml.DomainAlias{Name: "ua-root"},
 				Driver: &libvirtxml.DomainDiskDriver{Name: "qemu", Type: "raw"}, Source: &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: filepath.Join(root, "disk/disk.img")}},
 				Target: &libvirtxml.DomainDiskTarget{Dev: "vda", Bus: "virtio"}, ReadOnly: &libvirtxml.DomainDiskReadOnly{}}}
+			d.Devices.Disks[0].Driver.Discard = "unmap"
+			d.Devices.Disks[0].Model = "virtio-non-transitional"
 		})},
 		{"no serial console", AccelTCG, func(vmi *v1.VirtualMachineInstance) {
 			off := false
@@ -258,7 +271,7 @@ func TestCheckSupported(t *testing.T) {
 		"domain":   map[string]any{"devices": map[string]any{"interfaces": []any{map[string]any{"name": "default", "masquerade": map[string]any{}, "pciAddress": "0000:81:00.1"}}}},
 	}}
 	err := CheckSupported(bad)
-	if err == nil || !strings.Contains(err.Error(), "spec.domain.devices.interfaces[0].pciAddress") || !strings.Contains(err.Error(), "supported:") {
+	if err == nil || !strings.Contains(err.Error(), "spec.domain.devices.interfaces[0].pciAddress") || !strings.Contains(err.Error(), SupportedFieldsHelp) {
 		t.Fatalf("CheckSupported(bad) = %v, want the first unsupported field and the supported list", err)
 	}
 }
@@ -279,7 +292,7 @@ func TestBuildDomainKubeVirtDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(dom.Devices.Interfaces) != 1 || dom.Devices.Interfaces[0].Source.User == nil || dom.Devices.Interfaces[0].Model.Type != "virtio" {
+	if len(dom.Devices.Interfaces) != 1 || dom.Devices.Interfaces[0].Source.User == nil || dom.Devices.Interfaces[0].Model.Type != "virtio-non-transitional" {
 		t.Fatalf("interfaces = %+v, want one virtio NIC on the user-mode network", dom.Devices.Interfaces)
 	}
 	if dom.CPU.Mode != "" {

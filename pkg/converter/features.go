@@ -43,19 +43,24 @@ func featureOn(f *v1.FeatureState) bool { return f != nil && enabledOr(f.Enabled
 // store) and the SMBIOS system entries (uuid, serial) KubeVirt sets.
 func setFirmware(dom *libvirtxml.Domain, vmi *v1.VirtualMachineInstance, opts *DomainOptions) error {
 	fw := vmi.Spec.Domain.Firmware
-	if fw == nil {
-		return nil
-	}
 	entries := []libvirtxml.DomainSysInfoEntry{}
-	if dom.UUID != "" {
+	if fw != nil && dom.UUID != "" {
 		entries = append(entries, libvirtxml.DomainSysInfoEntry{Name: "uuid", Value: dom.UUID})
 	}
-	if fw.Serial != "" {
+	if fw != nil && fw.Serial != "" {
 		entries = append(entries, libvirtxml.DomainSysInfoEntry{Name: "serial", Value: fw.Serial})
 	}
-	if len(entries) > 0 {
-		dom.SysInfo = []libvirtxml.DomainSysInfo{{SMBIOS: &libvirtxml.DomainSysInfoSMBIOS{System: &libvirtxml.DomainSysInfoSystem{Entry: entries}}}}
-		dom.OS.SMBios = &libvirtxml.DomainSMBios{Mode: "sysinfo"}
+	// virt-handler's default SMBIOS (a KubeVirt CR without smbios).
+	entries = append(entries,
+		libvirtxml.DomainSysInfoEntry{Name: "manufacturer", Value: "KubeVirt"},
+		libvirtxml.DomainSysInfoEntry{Name: "family", Value: "KubeVirt"},
+		libvirtxml.DomainSysInfoEntry{Name: "product", Value: "None"},
+		libvirtxml.DomainSysInfoEntry{Name: "sku"},
+		libvirtxml.DomainSysInfoEntry{Name: "version"})
+	dom.SysInfo = []libvirtxml.DomainSysInfo{{SMBIOS: &libvirtxml.DomainSysInfoSMBIOS{System: &libvirtxml.DomainSysInfoSystem{Entry: entries}}}}
+	dom.OS.SMBios = &libvirtxml.DomainSMBios{Mode: "sysinfo"}
+	if fw == nil {
+		return nil
 	}
 	bl := fw.Bootloader
 	if bl == nil {
@@ -130,6 +135,8 @@ func copyFile(from, to string) error {
 func setFeatures(dom *libvirtxml.Domain, f *v1.Features, accel Accel, notes *[]string) {
 	// ACPI is on unless the VMI turns it off: without it a guest power-off
 	// only halts and the domain stays running.
+	// KubeVirt turns VMware's I/O port off on amd64.
+	dom.Features.VMPort = &libvirtxml.DomainFeatureState{State: "off"}
 	if f == nil || f.ACPI.Enabled == nil || *f.ACPI.Enabled {
 		dom.Features.ACPI = &libvirtxml.DomainFeature{}
 	}
@@ -143,7 +150,10 @@ func setFeatures(dom *libvirtxml.Domain, f *v1.Features, accel Accel, notes *[]s
 		}
 	}
 	if f.SMM != nil {
-		dom.Features.SMM = &libvirtxml.DomainFeatureSMM{State: onOff(featureOn(f.SMM))}
+		// As KubeVirt: <smm/> when on, nothing when off.
+		if featureOn(f.SMM) {
+			dom.Features.SMM = &libvirtxml.DomainFeatureSMM{}
+		}
 	}
 	h := f.Hyperv
 	if h == nil {
@@ -242,16 +252,27 @@ func setClock(dom *libvirtxml.Domain, c *v1.Clock, accel Accel, notes *[]string)
 
 // setDevicesExtra adds the entropy device and, when the VMI asks for it,
 // a VGA display served by VNC on a socket in the scratch folder.
-func setDevicesExtra(dom *libvirtxml.Domain, d *v1.Devices, scratch string) error {
+func setDevicesExtra(dom *libvirtxml.Domain, vmi *v1.VirtualMachineInstance, scratch string) error {
+	d := &vmi.Spec.Domain.Devices
 	if d.Rng != nil {
-		dom.Devices.RNGs = []libvirtxml.DomainRNG{{Model: "virtio", Backend: &libvirtxml.DomainRNGBackend{Random: &libvirtxml.DomainRNGBackendRandom{Device: "/dev/urandom"}}}}
+		dom.Devices.RNGs = []libvirtxml.DomainRNG{{Model: virtioModel(vmi), Backend: &libvirtxml.DomainRNGBackend{Random: &libvirtxml.DomainRNGBackendRandom{Device: "/dev/urandom"}}}}
 	}
-	if enabledOr(d.AutoattachGraphicsDevice, false) {
+	// KubeVirt's default (autoattachGraphicsDevice unset means true): a
+	// VGA card with 16 MiB of video memory, or bochs under EFI on amd64
+	// (virt-handler's default BochsDisplayForEFIGuests), and VNC on a
+	// unix socket in the per-VMI folder.
+	if enabledOr(d.AutoattachGraphicsDevice, true) {
 		if scratch == "" {
-			return &SpecError{Field: "spec.domain.devices.autoattachGraphicsDevice", Msg: "a display needs a per-VMI folder for its VNC socket (no scratch folder given)"}
+			return &SpecError{Field: "spec.domain.devices.autoattachGraphicsDevice", Msg: "a display needs a per-VMI folder for its VNC socket (no scratch folder given); set it to false"}
 		}
-		dom.Devices.Graphics = []libvirtxml.DomainGraphic{{VNC: &libvirtxml.DomainGraphicVNC{Socket: filepath.Join(scratch, "vnc.sock")}}}
-		dom.Devices.Videos = []libvirtxml.DomainVideo{{Model: libvirtxml.DomainVideoModel{Type: "vga"}}}
+		dom.Devices.Graphics = []libvirtxml.DomainGraphic{{VNC: &libvirtxml.DomainGraphicVNC{
+			Listeners: []libvirtxml.DomainGraphicListener{{Socket: &libvirtxml.DomainGraphicListenerSocket{Socket: filepath.Join(scratch, "virt-vnc")}}},
+		}}}
+		model := libvirtxml.DomainVideoModel{Type: "vga", Heads: 1, VRam: 16384}
+		if vmi.IsBootloaderEFI() {
+			model = libvirtxml.DomainVideoModel{Type: "bochs", Heads: 1}
+		}
+		dom.Devices.Videos = []libvirtxml.DomainVideo{{Model: model}}
 	}
 	return nil
 }

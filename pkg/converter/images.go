@@ -11,7 +11,8 @@ import (
 
 // ImageIndexFile is the name of the index in an image folder: a JSON object
 // mapping image references (as written in containerDisk.image or
-// kernelBoot.container.image) to folders relative to the image folder.
+// kernelBoot.container.image) to folders, relative to the image folder or
+// absolute.
 const ImageIndexFile = "images.json"
 
 // ImageStore resolves container image references to local folders. It plays
@@ -58,6 +59,9 @@ func (s *ImageStore) Root(ref string) (string, error) {
 	rel, ok := s.index[ref]
 	if !ok {
 		return "", fmt.Errorf("unknown image %q: the image folder %s knows %s", ref, s.dir, strings.Join(s.References(), ", "))
+	}
+	if filepath.IsAbs(rel) {
+		return filepath.Clean(rel), nil
 	}
 	return filepath.Join(s.dir, rel), nil
 }

@@ -18,7 +18,15 @@ import (
 // the guest a private address with outbound NAT. An interface with ports
 // gets each forwarded from a loopback port on the host (QEMU hostfwd); as
 // libvirt 9.0 has no XML for that with the user-mode back end, such an
-// interface goes onto QEMU's command line.
+// interface goes onto QEMU's command line. So does every masquerade
+// interface, which gets KubeVirt's masquerade addresses (libvirt's <ip> on
+// a user interface sets only the network, not the gateway and the first
+// DHCP address): guest 10.0.2.2/24 via 10.0.2.1, and fd10:0:2::/120 with
+// fd10:0:2::1 as the router (slirp has no DHCPv6 addresses, so a guest
+// takes fd10:0:2::2 statically, as KubeVirt's cloud images configure it).
+// Like KubeVirt, virtio NICs are virtio-non-transitional (or transitional
+// when useVirtioTransitional is set), carry the alias ua-NAME and have no
+// option ROM.
 func setInterfaces(dom *libvirtxml.Domain, spec *v1.VirtualMachineInstanceSpec, hostPort func(string, int) (int, error)) ([]launcherapi.PortForward, error) {
 	if hostPort == nil {
 		hostPort = freeLoopbackPort
@@ -36,81 +44,25 @@ func setInterfaces(dom *libvirtxml.Domain, spec *v1.VirtualMachineInstanceSpec, 
 		if !ok {
 			return nil, &SpecError{Field: field + ".name", Msg: fmt.Sprintf("no network named %q in spec.networks", iface.Name)}
 		}
-		if n.Pod == nil {
-			kind := "multus"
-			if n.Multus == nil {
-				kind = "this network type"
-			}
-			return nil, &SpecError{Field: fmt.Sprintf("spec.networks[name=%s]", n.Name), Msg: kind + " is not supported: only the pod network is (one machine has no other networks)"}
+		if err := checkBinding(iface, n, field); err != nil {
+			return nil, err
 		}
-		b := iface.InterfaceBindingMethod
-		switch {
-		case b.SRIOV != nil:
-			return nil, &SpecError{Field: field + ".sriov", Msg: "is not supported: only the bridge and masquerade bindings are"}
-		case b.DeprecatedSlirp != nil, b.DeprecatedPasst != nil, b.DeprecatedMacvtap != nil:
-			return nil, &SpecError{Field: field, Msg: "this deprecated binding is not supported: only the bridge and masquerade bindings are"}
-		case iface.Binding != nil:
-			return nil, &SpecError{Field: field + ".binding", Msg: "network binding plugins are not supported: only the bridge and masquerade bindings are"}
-		}
-		model := iface.Model
-		if model == "" {
-			model = "virtio"
-		}
-		qemuModel, ok := map[string]string{"virtio": "virtio-net-pci", "e1000": "e1000", "e1000e": "e1000e", "rtl8139": "rtl8139"}[model]
-		if !ok {
-			return nil, &SpecError{Field: field + ".model", Msg: fmt.Sprintf("%q is not supported (allowed: virtio, e1000, e1000e, rtl8139)", model)}
+		model, qemuModel, err := nicModel(iface, spec, field)
+		if err != nil {
+			return nil, err
 		}
 		used[n.Name] = true
-		if len(iface.Ports) == 0 {
-			nic := libvirtxml.DomainInterface{
-				Source: &libvirtxml.DomainInterfaceSource{User: &libvirtxml.DomainInterfaceSourceUser{}},
-				Model:  &libvirtxml.DomainInterfaceModel{Type: model},
-			}
-			if iface.MacAddress != "" {
-				nic.MAC = &libvirtxml.DomainInterfaceMAC{Address: iface.MacAddress}
-			}
-			dom.Devices.Interfaces = append(dom.Devices.Interfaces, nic)
+		if len(iface.Ports) == 0 && iface.Masquerade == nil {
+			dom.Devices.Interfaces = append(dom.Devices.Interfaces, userNIC(iface, model))
 			continue
 		}
-		netdev := "user,id=ua-" + iface.Name
-		for j, p := range iface.Ports {
-			pf := fmt.Sprintf("%s.ports[%d]", field, j)
-			proto := strings.ToUpper(p.Protocol)
-			if proto == "" {
-				proto = "TCP"
-			}
-			if proto != "TCP" && proto != "UDP" {
-				return nil, &SpecError{Field: pf + ".protocol", Msg: fmt.Sprintf("%q is not supported (allowed: TCP, UDP)", p.Protocol)}
-			}
-			if p.Port < 1 || p.Port > 65535 {
-				return nil, &SpecError{Field: pf + ".port", Msg: fmt.Sprintf("%d is not a port (1-65535)", p.Port)}
-			}
-			hp, err := hostPort(proto, int(p.Port))
-			if err != nil {
-				return nil, &SpecError{Field: pf, Msg: fmt.Sprintf("choosing a host port: %v", err)}
-			}
-			forwards = append(forwards, launcherapi.PortForward{Interface: iface.Name, Name: p.Name, Protocol: proto, GuestPort: int(p.Port), HostAddress: "127.0.0.1", HostPort: hp})
-			netdev += fmt.Sprintf(",hostfwd=%s:127.0.0.1:%d-:%d", strings.ToLower(proto), hp, p.Port)
+		netdev, ifaceForwards, err := forwardedNetdev(iface, field, hostPort)
+		if err != nil {
+			return nil, err
 		}
-		// libvirt does not know this device, so it must not pick its PCI
-		// slot: slots from 0x1a down on the root bus are ones libvirt
-		// fills last (it counts up from slot 1) and q35 leaves free when
-		// there is no USB or sound controller.
-		bus := "pci.0"
-		if strings.Contains(dom.OS.Type.Machine, "q35") {
-			bus = "pcie.0"
-		}
-		device := fmt.Sprintf("%s,netdev=ua-%s,bus=%s,addr=%#x", qemuModel, iface.Name, bus, 0x1a-cmdlineNICs)
+		forwards = append(forwards, ifaceForwards...)
+		addCmdlineNIC(dom, iface, qemuModel, netdev, cmdlineNICs)
 		cmdlineNICs++
-		if iface.MacAddress != "" {
-			device += ",mac=" + iface.MacAddress
-		}
-		if dom.QEMUCommandline == nil {
-			dom.QEMUCommandline = &libvirtxml.DomainQEMUCommandline{}
-		}
-		dom.QEMUCommandline.Args = append(dom.QEMUCommandline.Args,
-			libvirtxml.DomainQEMUCommandlineArg{Value: "-netdev"}, libvirtxml.DomainQEMUCommandlineArg{Value: netdev},
-			libvirtxml.DomainQEMUCommandlineArg{Value: "-device"}, libvirtxml.DomainQEMUCommandlineArg{Value: device})
 	}
 	for _, n := range spec.Networks {
 		if !used[n.Name] {
@@ -119,6 +71,122 @@ func setInterfaces(dom *libvirtxml.Domain, spec *v1.VirtualMachineInstanceSpec, 
 	}
 	return forwards, nil
 }
+
+// checkBinding refuses an interface on anything but the pod network, or
+// with a binding other than bridge and masquerade.
+func checkBinding(iface v1.Interface, n v1.Network, field string) error {
+	if n.Pod == nil {
+		kind := "multus"
+		if n.Multus == nil {
+			kind = "this network type"
+		}
+		return &SpecError{Field: fmt.Sprintf("spec.networks[name=%s]", n.Name), Msg: kind + " is not supported: only the pod network is (one machine has no other networks)"}
+	}
+	b := iface.InterfaceBindingMethod
+	switch {
+	case b.SRIOV != nil:
+		return &SpecError{Field: field + ".sriov", Msg: "is not supported: only the bridge and masquerade bindings are"}
+	case b.DeprecatedSlirp != nil, b.DeprecatedPasst != nil, b.DeprecatedMacvtap != nil:
+		return &SpecError{Field: field, Msg: "this deprecated binding is not supported: only the bridge and masquerade bindings are"}
+	case iface.Binding != nil:
+		return &SpecError{Field: field + ".binding", Msg: "network binding plugins are not supported: only the bridge and masquerade bindings are"}
+	}
+	return nil
+}
+
+// nicModel is the interface's model as libvirt and as QEMU name it;
+// virtio becomes virtio-non-transitional (or transitional when
+// useVirtioTransitional is set).
+func nicModel(iface v1.Interface, spec *v1.VirtualMachineInstanceSpec, field string) (model, qemuModel string, err error) {
+	model = iface.Model
+	if model == "" {
+		model = "virtio"
+	}
+	qemuModel, ok := map[string]string{"virtio": "virtio-net-pci", "e1000": "e1000", "e1000e": "e1000e", "rtl8139": "rtl8139"}[model]
+	if !ok {
+		return "", "", &SpecError{Field: field + ".model", Msg: fmt.Sprintf("%q is not supported (allowed: virtio, e1000, e1000e, rtl8139)", model)}
+	}
+	if model == "virtio" {
+		model = "virtio-non-transitional"
+		if t := spec.Domain.Devices.UseVirtioTransitional; t != nil && *t {
+			model = "virtio-transitional"
+		}
+		qemuModel = strings.Replace(model, "virtio", "virtio-net-pci", 1)
+	}
+	return model, qemuModel, nil
+}
+
+// userNIC is a libvirt user-network interface: a bridge interface without
+// forwarded ports.
+func userNIC(iface v1.Interface, model string) libvirtxml.DomainInterface {
+	nic := libvirtxml.DomainInterface{
+		Source: &libvirtxml.DomainInterfaceSource{User: &libvirtxml.DomainInterfaceSourceUser{}},
+		Model:  &libvirtxml.DomainInterfaceModel{Type: model},
+		Alias:  &libvirtxml.DomainAlias{Name: "ua-" + iface.Name},
+		ROM:    &libvirtxml.DomainROM{Enabled: "no"},
+	}
+	if iface.MacAddress != "" {
+		nic.MAC = &libvirtxml.DomainInterfaceMAC{Address: iface.MacAddress}
+	}
+	return nic
+}
+
+// forwardedNetdev is QEMU's -netdev for an interface that forwards ports
+// or masquerades, with a loopback host port chosen for each port.
+func forwardedNetdev(iface v1.Interface, field string, hostPort func(string, int) (int, error)) (string, []launcherapi.PortForward, error) {
+	var forwards []launcherapi.PortForward
+	netdev := "user,id=ua-" + iface.Name
+	if iface.Masquerade != nil {
+		netdev += "," + MasqueradeNetdev
+	}
+	for j, p := range iface.Ports {
+		pf := fmt.Sprintf("%s.ports[%d]", field, j)
+		proto := strings.ToUpper(p.Protocol)
+		if proto == "" {
+			proto = "TCP"
+		}
+		if proto != "TCP" && proto != "UDP" {
+			return "", nil, &SpecError{Field: pf + ".protocol", Msg: fmt.Sprintf("%q is not supported (allowed: TCP, UDP)", p.Protocol)}
+		}
+		if p.Port < 1 || p.Port > 65535 {
+			return "", nil, &SpecError{Field: pf + ".port", Msg: fmt.Sprintf("%d is not a port (1-65535)", p.Port)}
+		}
+		hp, err := hostPort(proto, int(p.Port))
+		if err != nil {
+			return "", nil, &SpecError{Field: pf, Msg: fmt.Sprintf("choosing a host port: %v", err)}
+		}
+		forwards = append(forwards, launcherapi.PortForward{Interface: iface.Name, Name: p.Name, Protocol: proto, GuestPort: int(p.Port), HostAddress: "127.0.0.1", HostPort: hp})
+		netdev += fmt.Sprintf(",hostfwd=%s:127.0.0.1:%d-:%d", strings.ToLower(proto), hp, p.Port)
+	}
+	return netdev, forwards, nil
+}
+
+// addCmdlineNIC puts the n-th (from 0) command-line NIC on QEMU's command
+// line: its -netdev and its -device.
+func addCmdlineNIC(dom *libvirtxml.Domain, iface v1.Interface, qemuModel, netdev string, n int) {
+	// libvirt does not know this device, so it must not pick its PCI
+	// slot: slots from 0x1a down on the root bus are ones libvirt
+	// fills last (it counts up from slot 1) and q35 leaves free when
+	// there is no USB or sound controller.
+	bus := "pci.0"
+	if strings.Contains(dom.OS.Type.Machine, "q35") {
+		bus = "pcie.0"
+	}
+	device := fmt.Sprintf("%s,netdev=ua-%s,id=ua-%s,romfile=,bus=%s,addr=%#x", qemuModel, iface.Name, iface.Name, bus, 0x1a-n)
+	if iface.MacAddress != "" {
+		device += ",mac=" + iface.MacAddress
+	}
+	if dom.QEMUCommandline == nil {
+		dom.QEMUCommandline = &libvirtxml.DomainQEMUCommandline{}
+	}
+	dom.QEMUCommandline.Args = append(dom.QEMUCommandline.Args,
+		libvirtxml.DomainQEMUCommandlineArg{Value: "-netdev"}, libvirtxml.DomainQEMUCommandlineArg{Value: netdev},
+		libvirtxml.DomainQEMUCommandlineArg{Value: "-device"}, libvirtxml.DomainQEMUCommandlineArg{Value: device})
+}
+
+// MasqueradeNetdev are the QEMU user-network options that give a
+// masquerade interface KubeVirt's addresses.
+const MasqueradeNetdev = "net=10.0.2.0/24,host=10.0.2.1,dhcpstart=10.0.2.2,ipv6-net=fd10:0:2::/120,ipv6-host=fd10:0:2::1"
 
 // freeLoopbackPort asks the kernel for a free loopback port of protocol.
 // QEMU binds it moments later; another process taking it in between makes

@@ -20,6 +20,9 @@ func supportedFields() []string {
 		// the pod network), or without effect on a single launch
 		// (evictionStrategy is a cluster policy).
 		"spec.architecture", "spec.evictionStrategy",
+		// A scheduling field that does not change the domain (KubeVirt's
+		// converter does not read it): no effect on one launch.
+		"spec.priorityClassName",
 		"spec.domain.cpu.model", "spec.domain.cpu.maxSockets",
 		"spec.domain.devices.interfaces[].name",
 		"spec.networks[].name",
@@ -47,6 +50,13 @@ func supportedFields() []string {
 		"spec.domain.firmware.kernelBoot.container.kernelPath",
 		"spec.domain.firmware.kernelBoot.container.initrdPath",
 		"spec.domain.firmware.kernelBoot.container.imagePullPolicy",
+		// Empty objects that choose something: the binding, the network,
+		// the device kind, a feature, the bootloader, the clock.
+		"spec.domain.devices.interfaces[].masquerade", "spec.domain.devices.interfaces[].bridge",
+		"spec.networks[].pod", "spec.domain.devices.disks[].disk", "spec.domain.devices.disks[].cdrom",
+		"spec.domain.features.acpi", "spec.domain.features.apic", "spec.domain.features.smm",
+		"spec.domain.firmware.bootloader.efi", "spec.domain.firmware.bootloader.bios",
+		"spec.domain.clock.utc",
 		"spec.domain.devices.disks[].name",
 		"spec.domain.devices.disks[].disk.bus",
 		"spec.domain.devices.disks[].disk.readonly",
@@ -83,30 +93,64 @@ func (e *UnsupportedFieldError) Error() string {
 	return fmt.Sprintf("field %s: %s", e.Field, e.Why)
 }
 
+// refusedWhy says, for fields people do write, why the launcher cannot
+// honour them; any other unsupported field gets the generic reason.
+var refusedWhy = map[string]string{
+	"spec.domain.devices.tpm":                      "a vTPM needs swtpm beside QEMU, which the launcher does not run",
+	"spec.priorityClassName":                       "pod priority is a scheduler setting; one launch has no scheduler",
+	"spec.domain.cpu.dedicatedCpuPlacement":        "dedicated CPUs need the kubelet's CPU manager",
+	"spec.domain.cpu.isolateEmulatorThread":        "dedicated CPUs need the kubelet's CPU manager",
+	"spec.domain.devices.interfaces[].sriov":       "SR-IOV functions are another node's hardware, handed over by a device plugin",
+	"spec.networks[].multus.networkName":           "secondary networks need Multus and a CNI; one machine has only the pod network",
+	"spec.domain.devices.gpus[].deviceName":        "GPUs are another node's hardware, handed over by a device plugin",
+	"spec.domain.devices.gpus[].claimName":         "GPUs are another node's hardware, handed over by DRA",
+	"spec.domain.devices.hostDevices[].deviceName": "host devices are another node's hardware, handed over by a device plugin",
+}
+
+// SupportedFieldsHelp is where an unsupported-field error sends the user.
+const SupportedFieldsHelp = "the README's \"Supported manifest fields\" lists what is"
+
 // CheckSupported walks a manifest as generic JSON and returns an error
 // naming the first (in sorted order) field that is set but not honoured.
-// Empty objects, empty arrays and nulls count as not set.
+// Empty arrays and nulls count as not set; an empty object counts as set
+// (tpm: {} asks for a device) unless it only groups supported fields.
 func CheckSupported(raw map[string]any) error {
 	allowed := supportedFields()
 	var set []string
 	collectLeaves("", raw, &set)
 	sort.Strings(set)
 	for _, path := range set {
+		if strings.HasSuffix(path, "{}") {
+			p := strings.TrimSuffix(path, "{}")
+			if fieldAllowed(allowed, p) || groupsAllowed(allowed, arrayIndex(p)) {
+				continue
+			}
+			path = p
+		}
 		if !fieldAllowed(allowed, path) {
-			return &UnsupportedFieldError{Field: path, Why: "is not supported by virt-launcher (supported: " + strings.Join(specFields(allowed), ", ") + ")"}
+			why, ok := refusedWhy[arrayIndex(path)]
+			if !ok {
+				why = "the launcher does not honour it"
+			}
+			return &UnsupportedFieldError{Field: path, Why: "is not supported: " + why + " (" + SupportedFieldsHelp + ")"}
 		}
 	}
 	return nil
 }
 
-func specFields(allowed []string) []string {
-	var out []string
-	for _, f := range allowed {
-		if strings.HasPrefix(f, "spec.") {
-			out = append(out, f)
+// SupportedFields lists the manifest fields the launcher honours, for the
+// README and for help output; "x.*" means everything under x.
+func SupportedFields() []string { return supportedFields() }
+
+// groupsAllowed says whether some supported field lies under path, so
+// that an empty object at path only groups fields (resources: {}).
+func groupsAllowed(allowed []string, path string) bool {
+	for _, a := range allowed {
+		if strings.HasPrefix(a, path+".") {
+			return true
 		}
 	}
-	return out
+	return false
 }
 
 func fieldAllowed(allowed []string, path string) bool {
@@ -144,6 +188,10 @@ func collectLeaves(prefix string, v any, out *[]string) {
 	switch t := v.(type) {
 	case nil:
 	case map[string]any:
+		if len(t) == 0 && prefix != "" {
+			*out = append(*out, prefix+"{}")
+			return
+		}
 		keys := make([]string, 0, len(t))
 		for k := range t {
 			keys = append(keys, k)

@@ -71,6 +71,9 @@ type Document struct {
 	// that do not change the one VMI a launch runs (spec.runStrategy, ...).
 	// The launcher says once, at info level, that it ignored them.
 	Ignored []string
+	// DataVolumeTemplates are a VirtualMachine's, which its dataVolume
+	// volumes may name.
+	DataVolumeTemplates []v1.DataVolumeTemplateSpec
 }
 
 // ReadFile reads a manifest from path, or from stdin when path is "-".
@@ -82,8 +85,15 @@ func ReadFile(path string, stdin io.Reader) ([]byte, string, error) {
 		}
 		return data, "stdin", nil
 	}
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return nil, path, &UnreadableError{Input: path, Err: errors.New("it is a folder; give the manifest file (YAML or JSON) itself")}
+	}
 	data, err := os.ReadFile(path)
 	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // the path is already in the message
+		}
 		return nil, path, &UnreadableError{Input: path, Err: err}
 	}
 	return data, path, nil
@@ -121,14 +131,32 @@ func parse(data []byte, input, want string) (map[string]any, error) {
 	default:
 		return nil, &InvalidError{Input: input, Msg: fmt.Sprintf("%d YAML documents: want exactly one %s (one launch runs one VMI)", len(docs), want)}
 	}
-	var raw map[string]any
-	if err := json.Unmarshal(docs[0], &raw); err != nil {
-		return nil, &InvalidError{Input: input, Msg: fmt.Sprintf("want a %s object, got: %v", want, err)}
+	var doc any
+	if err := json.Unmarshal(docs[0], &doc); err != nil {
+		return nil, &InvalidError{Input: input, Msg: fmt.Sprintf("not valid YAML or JSON: %v", err)}
 	}
-	if raw == nil {
-		return nil, &InvalidError{Input: input, Msg: "want a " + want + " object, got null"}
+	raw, ok := doc.(map[string]any)
+	if !ok {
+		return nil, &InvalidError{Input: input, Msg: fmt.Sprintf("the document is %s, not an object: want a %s with apiVersion, kind, metadata and spec", jsonKind(doc), want)}
 	}
 	return raw, nil
+}
+
+// jsonKind names what a decoded JSON value is, for messages.
+func jsonKind(v any) string {
+	switch v.(type) {
+	case string:
+		return "a string"
+	case float64:
+		return "a number"
+	case bool:
+		return "a boolean"
+	case []any:
+		return "a list"
+	case nil:
+		return "null"
+	}
+	return fmt.Sprintf("a %T", v)
 }
 
 // checkKind checks apiVersion and that kind is one of kinds.

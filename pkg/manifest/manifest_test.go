@@ -275,7 +275,7 @@ func TestReadVM(t *testing.T) {
 	for _, tt := range []struct{ name, in, field, msg string }{
 		{"template typo", strings.Replace(vmDump, "          guest:", "          gest:", 1), "spec.template.spec.domain.memory.gest", "unknown field"},
 		{"no template", strings.SplitN(vmDump, "  template:", 2)[0], "spec.template", "must be set"},
-		{"instancetype", strings.Replace(vmDump, "  runStrategy: Always\n", "  instancetype: {name: u1.small}\n", 1), "spec.instancetype", "cluster objects"},
+		{"instancetype", strings.Replace(vmDump, "  runStrategy: Always\n", "  instancetype: {name: u1.small}\n", 1), "spec.instancetype", `VirtualMachineClusterInstancetype "u1.small" is a cluster object`},
 		{"sidecar hook", strings.Replace(vmDump, "      annotations: {a: b}", "      annotations: {hooks.kubevirt.io/hookSidecars: '[]'}", 1), "spec.template.metadata.annotations[hooks.kubevirt.io/hookSidecars]", "no sidecars"},
 		{"pod", strings.Replace(vmDump, "kind: VirtualMachine", "kind: Pod", 1), "kind", `want "VirtualMachineInstance" or "VirtualMachine"`},
 	} {
@@ -305,5 +305,25 @@ func TestReadDocuments(t *testing.T) {
 	}
 	if _, _, err := Read([]byte("---\n---\n"), "none.yaml"); err == nil || !strings.Contains(err.Error(), "empty manifest") {
 		t.Fatalf("separators only: %v", err)
+	}
+}
+
+// TestClearErrors: a folder given as the manifest and a document that is
+// a JSON string get a sentence, not Go's internals.
+func TestClearErrors(t *testing.T) {
+	dir := t.TempDir()
+	_, _, err := ReadFile(dir, nil)
+	if err == nil || err.Error() != "reading "+dir+": it is a folder; give the manifest file (YAML or JSON) itself" {
+		t.Fatalf("ReadFile(folder) = %v", err)
+	}
+	for doc, want := range map[string]string{
+		`"just a string"`: "the document is a string, not an object",
+		`[1, 2]`:          "the document is a list, not an object",
+		`42`:              "the document is a number, not an object",
+	} {
+		_, _, err := Read([]byte(doc), "in.json")
+		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "unmarshal") {
+			t.Errorf("Read(%s) = %v, want %q", doc, err, want)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package manifest
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/google/uuid"
@@ -12,13 +13,26 @@ import (
 // vmOnlyFields are VirtualMachine spec fields that do not change the one
 // VMI a launch runs: they steer the VM controller (restarts, data volume
 // creation), which a single launch is not. Read reports them as ignored.
-var vmOnlyFields = []string{"runStrategy", "running", "dataVolumeTemplates", "updateVolumesStrategy"}
+// (dataVolumeTemplates are not among them: Document.DataVolumeTemplates
+// carries them to the launcher, which imports them into the claim folder.)
+var vmOnlyFields = []string{"runStrategy", "running", "updateVolumesStrategy"}
 
 // vmRefused are VirtualMachine spec fields that would change the VMI
 // through cluster objects a launch cannot read.
 var vmRefused = map[string]string{
-	"instancetype": "instance types are cluster objects (VirtualMachineInstancetype) the launcher cannot read: write the CPU and memory into spec.template.spec.domain",
-	"preference":   "preferences are cluster objects (VirtualMachinePreference) the launcher cannot read: write the devices into spec.template.spec.domain",
+	"instancetype": "is a cluster object the launcher does not expand yet: write its CPU and memory into spec.template.spec.domain",
+	"preference":   "is a cluster object the launcher does not expand yet: write its devices into spec.template.spec.domain",
+}
+
+// refusedRef names the object a VM's instancetype or preference matcher
+// points at, with KubeVirt's default kind (the cluster-wide one).
+func refusedRef(field string, m map[string]any) string {
+	kind, _ := m["kind"].(string)
+	name, _ := m["name"].(string)
+	if kind == "" {
+		kind = map[string]string{"instancetype": "VirtualMachineClusterInstancetype", "preference": "VirtualMachineClusterPreference"}[field]
+	}
+	return fmt.Sprintf("%s %q %s", kind, name, vmRefused[field])
 }
 
 // Read decodes the manifest a launcher is given: a VirtualMachineInstance,
@@ -51,7 +65,8 @@ func Read(data []byte, input string) (*v1.VirtualMachineInstance, *Document, err
 	spec, _ := raw["spec"].(map[string]any)
 	for _, f := range []string{"instancetype", "preference"} {
 		if spec[f] != nil {
-			return nil, nil, &InvalidError{Input: input, Field: "spec." + f, Msg: vmRefused[f]}
+			m, _ := spec[f].(map[string]any)
+			return nil, nil, &InvalidError{Input: input, Field: "spec." + f, Msg: refusedRef(f, m)}
 		}
 	}
 	for _, f := range vmOnlyFields {
@@ -84,7 +99,7 @@ func Read(data []byte, input string) (*v1.VirtualMachineInstance, *Document, err
 		Spec: vm.Spec.Template.Spec,
 	}
 	slices.Sort(ignored)
-	return vmi, &Document{Input: input, Kind: kind, Raw: vmiRaw, Ignored: ignored}, nil
+	return vmi, &Document{Input: input, Kind: kind, Raw: vmiRaw, Ignored: ignored, DataVolumeTemplates: vm.Spec.DataVolumeTemplates}, nil
 }
 
 func vmiFrom(raw map[string]any, input string) (*v1.VirtualMachineInstance, *Document, error) {

@@ -1,0 +1,112 @@
+package converter
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "kubevirt.io/api/core/v1"
+	"libvirt.org/go/libvirtxml"
+)
+
+// TestTPMRefusedByName: tpm: {} asks for a device; it must be refused by
+// name, never dropped because the object is empty.
+func TestTPMRefusedByName(t *testing.T) {
+	raw := map[string]any{"spec": map[string]any{"domain": map[string]any{
+		"resources": map[string]any{}, // groups supported fields: fine
+		"devices":   map[string]any{"tpm": map[string]any{}, "disks": []any{map[string]any{"name": "d", "disk": map[string]any{}}}},
+	}}}
+	err := CheckSupported(raw)
+	if err == nil || !strings.HasPrefix(err.Error(), "field spec.domain.devices.tpm: is not supported: a vTPM needs swtpm") {
+		t.Fatalf("CheckSupported(tpm: {}) = %v, want a refusal naming spec.domain.devices.tpm", err)
+	}
+	if strings.Contains(err.Error(), "\n") || len(err.Error()) > 200 {
+		t.Fatalf("refusal is not one short line (%d characters): %q", len(err.Error()), err)
+	}
+}
+
+// TestKubeVirtDefaultDevices: the memory balloon and the display that
+// KubeVirt attaches unless the autoattach fields say false.
+func TestKubeVirtDefaultDevices(t *testing.T) {
+	images, _ := testImages(t)
+	ovmf := fakeOVMF(t)
+	wantBalloon := &libvirtxml.DomainMemBalloon{Model: "virtio-non-transitional", FreePageReporting: "on", Stats: &libvirtxml.DomainMemBalloonStats{Period: 10}}
+	for _, c := range []struct {
+		name    string
+		edit    func(vmi *v1.VirtualMachineInstance)
+		balloon *libvirtxml.DomainMemBalloon
+		video   *libvirtxml.DomainVideoModel
+	}{
+		{"defaults", func(vmi *v1.VirtualMachineInstance) { vmi.Spec.Domain.Devices = v1.Devices{} },
+			wantBalloon, &libvirtxml.DomainVideoModel{Type: "vga", Heads: 1, VRam: 16384}},
+		{"explicit true", func(vmi *v1.VirtualMachineInstance) {
+			vmi.Spec.Domain.Devices = v1.Devices{AutoattachMemBalloon: on(), AutoattachGraphicsDevice: on()}
+		}, wantBalloon, &libvirtxml.DomainVideoModel{Type: "vga", Heads: 1, VRam: 16384}},
+		{"bochs under EFI", func(vmi *v1.VirtualMachineInstance) {
+			vmi.Spec.Domain.Devices = v1.Devices{}
+			vmi.Spec.Domain.Firmware.Bootloader = &v1.Bootloader{EFI: &v1.EFI{SecureBoot: off()}}
+		}, wantBalloon, &libvirtxml.DomainVideoModel{Type: "bochs", Heads: 1}},
+		{"both off", func(vmi *v1.VirtualMachineInstance) {
+			vmi.Spec.Domain.Devices = v1.Devices{AutoattachMemBalloon: off(), AutoattachGraphicsDevice: off()}
+		}, &libvirtxml.DomainMemBalloon{Model: "none"}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			vmi := baseVMI()
+			c.edit(vmi)
+			// A folder that does not exist yet: QEMU binds sockets in it.
+			scratch := filepath.Join(t.TempDir(), "scratch")
+			conv, err := Convert(context.Background(), vmi, DomainOptions{Accel: AccelTCG, Images: images, ScratchDir: scratch, OVMF: ovmf})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := roundTrip(t, conv.Domain)
+			// libvirt's own channel path under an embedded root is too
+			// long for a unix socket: the launcher names a short one.
+			if ch := d.Devices.Channels; len(ch) != 1 || ch[0].Source.UNIX.Path != filepath.Join(scratch, "qga.sock") {
+				t.Errorf("guest agent channel = %+v, want its socket at %s", ch, filepath.Join(scratch, "qga.sock"))
+			}
+			if diff := cmp.Diff(c.balloon, d.Devices.MemBalloon, noXMLName); diff != "" {
+				t.Errorf("balloon (-want +got):\n%s", diff)
+			}
+			if fi, err := os.Stat(scratch); err != nil || !fi.IsDir() {
+				t.Errorf("per-VMI folder %s not made: %v", scratch, err)
+			}
+			if c.video == nil {
+				if len(d.Devices.Videos)+len(d.Devices.Graphics) != 0 {
+					t.Errorf("display attached: %+v %+v", d.Devices.Videos, d.Devices.Graphics)
+				}
+				return
+			}
+			if len(d.Devices.Videos) != 1 || d.Devices.Videos[0].Model != *c.video {
+				t.Errorf("video = %+v, want %+v", d.Devices.Videos, c.video)
+			}
+			if len(d.Devices.Graphics) != 1 || d.Devices.Graphics[0].VNC == nil || len(d.Devices.Graphics[0].VNC.Listeners) != 1 ||
+				d.Devices.Graphics[0].VNC.Listeners[0].Socket.Socket != filepath.Join(scratch, "virt-vnc") {
+				t.Errorf("graphics = %+v, want VNC on %s", d.Devices.Graphics, filepath.Join(scratch, "virt-vnc"))
+			}
+		})
+	}
+}
+
+// TestCloudInitDiskWritable: KubeVirt does not mark the cloud-init disk
+// read-only.
+func TestCloudInitDiskWritable(t *testing.T) {
+	if _, err := exec.LookPath("xorrisofs"); err != nil {
+		t.Skip("xorrisofs is not installed (make deps)")
+	}
+	images, _ := testImages(t)
+	vmi := baseVMI()
+	vmi.Spec.Domain.Devices.Disks = []v1.Disk{{Name: "ci", DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{Bus: v1.DiskBusVirtio}}}}
+	vmi.Spec.Volumes = []v1.Volume{{Name: "ci", VolumeSource: v1.VolumeSource{CloudInitNoCloud: &v1.CloudInitNoCloudSource{UserData: "#cloud-config\n"}}}}
+	conv, err := Convert(context.Background(), vmi, DomainOptions{Accel: AccelTCG, Images: images, ScratchDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(conv.Domain.Devices.Disks) != 1 || conv.Domain.Devices.Disks[0].ReadOnly != nil {
+		t.Fatalf("cloud-init disk = %+v, want one writable disk", conv.Domain.Devices.Disks)
+	}
+}

@@ -1,0 +1,73 @@
+package launchprep
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/crashloop-harness/crashloop/internal/launchplan"
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
+)
+
+// hostDiskVMI asks for a DiskOrCreate host disk in a folder that does not
+// exist, as KubeVirt's vmi-host-disk example does with /var/data.
+const hostDiskVMI = `apiVersion: kubevirt.io/v1
+kind: VirtualMachineInstance
+metadata:
+  name: hd
+spec:
+  domain:
+    memory:
+      guest: 64Mi
+    devices:
+      disks:
+      - name: host
+        disk: {bus: virtio}
+  volumes:
+  - name: host
+    hostDisk:
+      path: HOSTDISK
+      type: DiskOrCreate
+      capacity: 1Mi
+`
+
+// TestDryRunChangesNothing: a dry run makes no hostDisk image or folder,
+// no runtime or console-log folder, and takes relative folders as relative
+// to the working directory.
+func TestDryRunChangesNothing(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	hostDisk := filepath.Join(dir, "var", "data", "disk.img")
+	if err := os.WriteFile("vmi.yaml", []byte(strings.Replace(hostDiskVMI, "HOSTDISK", hostDisk, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	argv := []string{"--dry-run", "--runtime-dir", "run", "--console-log", "logs/console.log", "--claim-dir", "claims", "--image-dir", "images", "vmi.yaml"}
+	args, _, _, ok := launchplan.Begin(argv, launcherapi.DefaultArgs(), &stderr)
+	if !ok {
+		t.Fatalf("flags: %s", stderr.String())
+	}
+	data, err := os.ReadFile("vmi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, code := Prepare(context.Background(), Options{
+		Request: launchplan.Request{Args: args, Input: "vmi.yaml", Manifest: data},
+		Stderr:  &stderr,
+	})
+	if p == nil {
+		t.Fatalf("Prepare: exit %d: %s", code, stderr.String())
+	}
+	defer p.Abandon()
+	for _, f := range []string{filepath.Dir(hostDisk), "run", "logs", "claims"} {
+		if _, err := os.Stat(f); !os.IsNotExist(err) {
+			t.Errorf("dry run made %s (%v)", f, err)
+		}
+	}
+	if want := filepath.Join(dir, "logs", "console.log"); !strings.Contains(p.Plan.DomainXML, want) {
+		t.Errorf("domain does not name the console log as %s:\n%s", want, p.Plan.DomainXML)
+	}
+}

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"encoding/xml"
+	"fmt"
+	"path/filepath"
+
+	"k8s.io/apimachinery/pkg/types"
+	v1 "kubevirt.io/api/core/v1"
+
+	"kubevirt.io/kubevirt/pkg/defaults"
+	ephemeraldisk "kubevirt.io/kubevirt/pkg/ephemeral-disk"
+	cmdv1 "kubevirt.io/kubevirt/pkg/handler-launcher-com/cmd/v1"
+	"kubevirt.io/kubevirt/pkg/instancetype/expand"
+	instancetypefind "kubevirt.io/kubevirt/pkg/instancetype/find"
+	preferencefind "kubevirt.io/kubevirt/pkg/instancetype/preference/find"
+	"kubevirt.io/kubevirt/pkg/network/domainspec"
+	"kubevirt.io/kubevirt/pkg/os/disk"
+	"kubevirt.io/kubevirt/pkg/testutils"
+	kutil "kubevirt.io/kubevirt/pkg/util"
+	virtconfig "kubevirt.io/kubevirt/pkg/virt-config"
+	"kubevirt.io/kubevirt/pkg/virt-launcher/virtwrap/api"
+	"kubevirt.io/kubevirt/pkg/virt-launcher/virtwrap/converter"
+	"kubevirt.io/kubevirt/pkg/virt-launcher/virtwrap/converter/arch"
+)
+
+// The folders virt-launcher's flags default to (cmd/virt-launcher).
+const (
+	ephemeralDiskDir = "/var/run/kubevirt-ephemeral-disks"
+	ovmfDir          = "/usr/share/OVMF"
+	// vmiUID stands in for the UID the API server gives a VMI.
+	vmiUID = "4a6fe1b2-9a53-4a59-bb69-0b6d3c0c3a11"
+)
+
+// render turns one VM or VMI into domain XML as a KubeVirt v1.6.0 cluster
+// with a default KubeVirt CR on an amd64 node would.
+func render(m machine, objs *objects) (string, error) {
+	cfg, _, _ := testutils.NewFakeClusterConfigUsingKVConfig(&v1.KubeVirtConfiguration{})
+	vmi := m.vmi
+	if m.vm != nil {
+		var err error
+		if vmi, err = vmiFromVM(m.vm, cfg, objs); err != nil {
+			return "", err
+		}
+	}
+	vmi = vmi.DeepCopy()
+	if vmi.Namespace == "" {
+		vmi.Namespace = defaultNamespace
+	}
+	vmi.UID = types.UID(vmiUID)
+	// virt-api's VMI mutator (pkg/virt-api/webhooks/mutating-webhook/mutators).
+	if err := defaults.SetDefaultVirtualMachineInstance(cfg, vmi); err != nil {
+		return "", fmt.Errorf("KubeVirt's VMI defaults: %w", err)
+	}
+	c, err := converterContext(vmi, cfg)
+	if err != nil {
+		return "", err
+	}
+	domain := &api.Domain{}
+	if err := converter.Convert_v1_VirtualMachineInstance_To_api_Domain(vmi, domain, c); err != nil {
+		return "", fmt.Errorf("KubeVirt's converter: %w", err)
+	}
+	api.NewDefaulter(c.Architecture.GetArchitecture()).SetObjectDefaults_Domain(domain)
+	out, err := xml.MarshalIndent(domain.Spec, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	return string(out), nil
+}
+
+// vmiFromVM is what virt-api's VM mutator and virt-controller do to a VM
+// before its VMI exists: the VM defaults, the instancetype and preference
+// expanded into the template (the expander virtctl and the expand-spec
+// subresource use), and the VMI made from the template (setupVMIFromVM).
+func vmiFromVM(vm *v1.VirtualMachine, cfg *virtconfig.ClusterConfig, objs *objects) (*v1.VirtualMachineInstance, error) {
+	vm = vm.DeepCopy()
+	if vm.Namespace == "" {
+		vm.Namespace = defaultNamespace
+	}
+	if vm.Spec.Template == nil {
+		return nil, fmt.Errorf("the VirtualMachine has no spec.template")
+	}
+	defaults.SetVirtualMachineDefaults(vm, cfg, nil)
+	if err := objs.check(vm); err != nil {
+		return nil, err
+	}
+	e := expand.New(cfg,
+		instancetypefind.NewSpecFinder(objs.instancetypes, objs.clusterInstancetypes, nil, nil),
+		preferencefind.NewSpecFinder(objs.preferences, objs.clusterPreferences, nil, nil))
+	expanded, err := e.Expand(vm)
+	if err != nil {
+		return nil, fmt.Errorf("KubeVirt's instancetype expansion: %w", err)
+	}
+	vmi := v1.NewVMIReferenceFromNameWithNS(expanded.Namespace, expanded.Name)
+	vmi.ObjectMeta = *expanded.Spec.Template.ObjectMeta.DeepCopy()
+	vmi.Name, vmi.Namespace = expanded.Name, expanded.Namespace
+	vmi.Spec = *expanded.Spec.Template.Spec.DeepCopy()
+	return vmi, nil
+}
+
+// converterContext is virt-launcher's generateConverterContext
+// (pkg/virt-launcher/virtwrap/manager.go) with the options virt-handler
+// sends (pkg/virt-handler/options.go) for a default cluster: no block
+// volumes, no hotplug, no host CPU topology, containerDisks in qcow2, and
+// no host devices (SR-IOV, GPUs, USB: another node's hardware, whose
+// device plugins hand them over; leaving them out keeps kvrender free of
+// libvirt's cgo bindings, which those packages link).
+func converterContext(vmi *v1.VirtualMachineInstance, cfg *virtconfig.ClusterConfig) (*converter.ConverterContext, error) {
+	c := &converter.ConverterContext{
+		Architecture:          arch.NewConverter("amd64"),
+		VirtualMachine:        vmi,
+		AllowEmulation:        true,
+		IsBlockPVC:            map[string]bool{},
+		IsBlockDV:             map[string]bool{},
+		HotplugVolumes:        map[string]v1.VolumeStatus{},
+		PermanentVolumes:      map[string]v1.VolumeStatus{},
+		DisksInfo:             map[string]*disk.DiskInfo{},
+		UseVirtioTransitional: vmi.Spec.Domain.Devices.UseVirtioTransitional != nil && *vmi.Spec.Domain.Devices.UseVirtioTransitional,
+		EphemeraldiskCreator:  ephemeraldisk.NewEphemeralDiskCreator(filepath.Join(ephemeralDiskDir, "disk-data")),
+		UseLaunchSecurity:     kutil.UseLaunchSecurity(vmi),
+		Topology:              &cmdv1.Topology{},
+		MemBalloonStatsPeriod: uint(cfg.GetMemBalloonStatsPeriod()),
+		ExpandDisksEnabled:    cfg.ExpandDisksEnabled(),
+		FreePageReporting:     freePageReporting(cfg, vmi),
+		BochsForEFIGuests:     !cfg.VGADisplayForEFIGuestsEnabled(),
+		SerialConsoleLog:      serialConsoleLog(cfg, vmi),
+		DomainAttachmentByInterfaceName: domainspec.DomainAttachmentByInterfaceName(
+			vmi.Spec.Domain.Devices.Interfaces, cfg.GetNetworkBindings()),
+	}
+	if s := cfg.GetSMBIOS(); s != nil {
+		c.SMBios = &cmdv1.SMBios{Family: s.Family, Product: s.Product, Manufacturer: s.Manufacturer, Sku: s.Sku, Version: s.Version}
+	}
+	for _, v := range vmi.Spec.Volumes {
+		if v.ContainerDisk != nil {
+			c.DisksInfo[v.Name] = &disk.DiskInfo{Format: "qcow2"}
+		}
+	}
+	if vmi.IsBootloaderEFI() {
+		secureBoot := vmi.Spec.Domain.Firmware.Bootloader.EFI.SecureBoot == nil || *vmi.Spec.Domain.Firmware.Bootloader.EFI.SecureBoot
+		code, vars := "OVMF_CODE.fd", "OVMF_VARS.fd"
+		if secureBoot {
+			code, vars = "OVMF_CODE.secboot.fd", "OVMF_VARS.secboot.fd"
+		}
+		c.EFIConfiguration = &converter.EFIConfiguration{
+			EFICode: filepath.Join(ovmfDir, code), EFIVars: filepath.Join(ovmfDir, vars), SecureLoader: secureBoot,
+		}
+	}
+	return c, nil
+}
+
+// freePageReporting is virt-launcher's isFreePageReportingEnabled.
+func freePageReporting(cfg *virtconfig.ClusterConfig, vmi *v1.VirtualMachineInstance) bool {
+	b := vmi.Spec.Domain.Devices.AutoattachMemBalloon
+	return !cfg.IsFreePageReportingDisabled() && (b == nil || *b) && !vmi.IsHighPerformanceVMI() &&
+		vmi.GetAnnotations()[v1.FreePageReportingDisabledAnnotation] != "true"
+}
+
+// serialConsoleLog is virt-launcher's isSerialConsoleLogEnabled.
+func serialConsoleLog(cfg *virtconfig.ClusterConfig, vmi *v1.VirtualMachineInstance) bool {
+	l := vmi.Spec.Domain.Devices.LogSerialConsole
+	return (l != nil && *l) || (l == nil && !cfg.IsSerialConsoleLogDisabled())
+}
