@@ -169,3 +169,17 @@ func TestSaveResultAddsUp(t *testing.T) {
 		t.Errorf("herd.md does not hold both runs:\n%s", data)
 	}
 }
+
+func TestCheckSmoke(t *testing.T) {
+	ok := result{Controller: "ours", VMs: 5, Failures: 10, Retries: []retry{{}}}
+	if err := checkSmoke([]result{ok}); err != nil {
+		t.Errorf("a run with retries: %v", err)
+	}
+	noRetry := result{Controller: "ours", VMs: 5, Failures: 5}
+	noMetrics := result{Controller: "kubevirt", VMs: 5, Failures: 5, Retries: []retry{{}}}
+	for _, bad := range []result{noRetry, noMetrics} {
+		if err := checkSmoke([]result{ok, bad}); err == nil {
+			t.Errorf("checkSmoke(%+v): no error", bad)
+		}
+	}
+}
