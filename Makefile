@@ -22,6 +22,15 @@ GUEST_DEB_PACKAGES := jq
 CLOUD_GUEST_DEB_PACKAGES := jq debootstrap e2fsprogs dosfstools mtools fdisk grub-common grub-pc-bin \
 	grub-efi-amd64-bin qemu-utils buildah
 FUZZTIME ?= 20s
+# make herd: herd sizes, real minutes per run and controllers (bench/herd)
+HERD_VMS ?= 50 100 200 500
+HERD_MINUTES ?= 10
+HERD_CONTROLLERS ?= kubevirt,ours
+# make storm: a few real VMs failing STORM_FAIL_AFTER after they are ready
+STORM_VMS ?= 2
+STORM_MINUTES ?= 3
+STORM_FAIL_AFTER ?= 5s
+STORM_FAIL_SOON ?= 1m
 FUNCTEST_FLAGS ?=
 # make clusterlite KUBEVIRT_VERSION=vX.Y.Z or KUBEVIRT_SRC=DIR builds another KubeVirt (tools/clusterlite/build.sh).
 KUBEVIRT_VERSION ?=
@@ -29,7 +38,7 @@ KUBEVIRT_SRC ?=
 
 KVRENDER := $(BUILD)/kvrender/kvrender
 
-.PHONY: all deps image-deps image images guest-image cloud-image build kubevirtmode clusterlite kvrender cluster-up run run-launcher test unit functest fuzz lint bench bench-smoke clean
+.PHONY: all deps image-deps image images guest-image cloud-image build kubevirtmode clusterlite kvrender cluster-up run run-launcher test unit functest fuzz lint bench bench-smoke herd storm clean
 
 all: build
 
@@ -141,13 +150,25 @@ functest: build images clusterlite image
 bench: build images
 	$(GO) run ./bench/launcher
 
+## herd: HERD_VMS fail-fast VMs under runStrategy Always on KubeVirt's virt-controller (cluster-lite) and on ours,
+##   HERD_MINUTES real minutes each: retry lateness, spread, API requests, etcd growth, CPU -> _build/artifacts/herd/
+herd: build images clusterlite
+	flock /tmp/crashloop-suites.lock $(GO) run ./bench/herd -vms "$(HERD_VMS)" -minutes $(HERD_MINUTES) -controllers $(HERD_CONTROLLERS)
+
+## storm: STORM_VMS real VMs whose guest panics STORM_FAIL_AFTER after it is ready, on both controllers and on ours
+##   with --count-running-failures-within STORM_FAIL_SOON -> _build/artifacts/herd/storm.md
+storm: build images clusterlite
+	flock /tmp/crashloop-suites.lock $(GO) run ./bench/herd -scenario storm -vms "$(STORM_VMS)" -minutes $(STORM_MINUTES) \
+		-controllers $(HERD_CONTROLLERS) -fail-after $(STORM_FAIL_AFTER) -fail-soon $(STORM_FAIL_SOON)
+
 ## bench-smoke: every benchmark of the repo once, in seconds (few VMs, one run per row), so none rots unnoticed
-bench-smoke: build images
+bench-smoke: build images clusterlite
 	@set -e; for pkg in $$(grep -rl --include='*_test.go' '^func Benchmark' pkg cmd functests bench | xargs -n1 dirname | sort -u); do \
 		echo "=== benchmarks in $$pkg (smoke)"; \
 		CRASHLOOP_BIN_DIR=$(CURDIR)/$(BIN) $(GO) test -short -count=1 -run='^$$' -bench=. -benchtime=1x ./$$pkg; \
 	done
 	$(GO) run ./bench/launcher -smoke -launcher $(BIN)/virt-launcher -image-dir $(IMAGES)
+	$(GO) run ./bench/herd -smoke -out $(BUILD)/artifacts/herd-smoke
 
 clean:
 	rm -rf $(BUILD)

@@ -65,7 +65,7 @@ func newPlot(t *Timeline) *plot {
 	if p.maxY == 0 {
 		p.maxY = 1
 	}
-	p.maxY = niceCeil(p.maxY * 1.05)
+	p.maxY = NiceCeil(p.maxY * 1.05)
 	p.slot = svgPlotW / float64(p.maxCount)
 	return p
 }
@@ -95,7 +95,7 @@ func (p *plot) axes(b *strings.Builder) {
 	for i := 0; i <= 5; i++ {
 		v := p.maxY * float64(i) / 5
 		fmt.Fprintf(b, `<line x1="%g" y1="%.1f" x2="%g" y2="%.1f" stroke="#ddd"/>`+"\n", left, p.y(v), left+plotW, p.y(v))
-		fmt.Fprintf(b, `<text x="%g" y="%.1f" text-anchor="end">%s</text>`+"\n", left-6, p.y(v)+4, trimFloat(v))
+		fmt.Fprintf(b, `<text x="%g" y="%.1f" text-anchor="end">%s</text>`+"\n", left-6, p.y(v)+4, TrimFloat(v))
 	}
 	for c := 1; c <= p.maxCount; c++ {
 		fmt.Fprintf(b, `<text x="%.1f" y="%g" text-anchor="middle">%d</text>`+"\n", p.x(float64(c)), top+plotH+18, c)
@@ -123,7 +123,7 @@ func (p *plot) bands(b *strings.Builder) {
 	for _, c := range counts {
 		lo, hi := bands[c][0], bands[c][1]
 		fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#cfe3ff" stroke="#6a9bd8"><title>count %d: %ss to %ss</title></rect>`+"\n",
-			p.x(float64(c))-p.slot*0.35, p.y(hi), p.slot*0.7, math.Max(p.y(lo)-p.y(hi), 1), c, trimFloat(lo), trimFloat(hi))
+			p.x(float64(c))-p.slot*0.35, p.y(hi), p.slot*0.7, math.Max(p.y(lo)-p.y(hi), 1), c, TrimFloat(lo), TrimFloat(hi))
 	}
 }
 
@@ -162,14 +162,17 @@ func (p *plot) marks(b *strings.Builder) {
 
 func round(d time.Duration) string { return d.Round(time.Millisecond).String() }
 
-func trimFloat(v float64) string {
+// TrimFloat formats v with at most two decimals and no trailing zeros,
+// for axis labels.
+func TrimFloat(v float64) string {
 	s := fmt.Sprintf("%.2f", v)
 	s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
 	return s
 }
 
-// niceCeil rounds v up to 1, 2 or 5 times a power of ten.
-func niceCeil(v float64) float64 {
+// NiceCeil rounds v up to 1, 2 or 5 times a power of ten (1 for v <= 0),
+// for the top of an axis.
+func NiceCeil(v float64) float64 {
 	if v <= 0 {
 		return 1
 	}
