@@ -21,6 +21,7 @@ import (
 
 	"github.com/crashloop-harness/crashloop/functests/ctlharness"
 	"github.com/crashloop-harness/crashloop/pkg/controller"
+	"github.com/crashloop-harness/crashloop/pkg/procfs"
 )
 
 // BenchmarkCrashLoop1000 runs many VMs (1000 by default) crash-looping
@@ -365,14 +366,8 @@ func pct(ds []time.Duration) percentiles {
 
 // procCPU is the process's own user+system CPU time (not its children's).
 func procCPU(pid int) (float64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
-	utime, _ := strconv.ParseFloat(f[11], 64)
-	stime, _ := strconv.ParseFloat(f[12], 64)
-	return (utime + stime) / 100, nil // USER_HZ is 100 on Linux
+	st, err := procfs.ReadStat(pid)
+	return st.CPUSeconds(), err
 }
 
 // procMem reads VmRSS, VmHWM (MB) and the thread count.

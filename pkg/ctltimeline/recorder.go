@@ -5,7 +5,6 @@
 package ctltimeline
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -207,26 +206,18 @@ func attemptFaults(dir launcherapi.Dir) string {
 			}
 		}
 	}
-	if f, err := os.Open(dir.Events()); err == nil {
-		defer f.Close()
-		sc := bufio.NewScanner(f)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			ev, err := launcherapi.ParseEvent(sc.Bytes())
-			if err != nil {
-				continue
+	evs, _ := launcherapi.ReadEvents(dir.Events())
+	for _, ev := range evs {
+		// Scheduled lists the faults that will fire: details.faults,
+		// objects with a "fault" name.
+		faults, _ := ev.Details["faults"].([]any)
+		for _, x := range faults {
+			if m, ok := x.(map[string]any); ok {
+				n, _ := m["fault"].(string)
+				add(n)
 			}
-			// Scheduled lists the faults that will fire: details.faults,
-			// objects with a "fault" name.
-			faults, _ := ev.Details["faults"].([]any)
-			for _, x := range faults {
-				if m, ok := x.(map[string]any); ok {
-					n, _ := m["fault"].(string)
-					add(n)
-				}
-			}
-			add(ev.Fault)
 		}
+		add(ev.Fault)
 	}
 	return strings.Join(names, "+")
 }
