@@ -14,6 +14,7 @@ import (
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/procfs"
 	"github.com/crashloop-harness/crashloop/pkg/qemu"
+	"github.com/crashloop-harness/crashloop/pkg/spawn"
 )
 
 // launched is a running launcher whose events are read from its stdout.
@@ -40,12 +41,12 @@ func startLauncher(argv []string) (*launched, error) {
 	}
 	go func() {
 		defer close(l.done)
-		f := launcherapi.NewFollower(func(ev launcherapi.Event) {
+		lines := spawn.NewLineWriter(launcherapi.NewFollower(func(ev launcherapi.Event) {
 			l.events <- ev
 			l.seen <- time.Now()
-		}, nil)
-		_, _ = io.Copy(f, out)
-		f.Flush()
+		}, nil).Line)
+		_, _ = io.Copy(lines, out)
+		lines.Flush()
 	}()
 	return l, nil
 }

@@ -163,7 +163,7 @@ type launcherUpdate struct {
 // launcher is not the controller's child, and its exit code is unknown.
 func watchLauncher(ctx context.Context, clk clock.WithTicker, poll time.Duration, ref LauncherRef, l launchrt.Launcher, adopted bool, send func(launcherUpdate) bool) {
 	var evs []launcherapi.Event
-	follow := launcherapi.NewFollower(func(ev launcherapi.Event) { evs = append(evs, ev) }, nil)
+	lines := spawn.NewLineWriter(launcherapi.NewFollower(func(ev launcherapi.Event) { evs = append(evs, ev) }, nil).Line)
 	f, err := os.Open(ref.Folder().Events())
 	if err == nil {
 		defer f.Close()
@@ -171,7 +171,7 @@ func watchLauncher(ctx context.Context, clk clock.WithTicker, poll time.Duration
 	read := func() []launcherapi.Event {
 		evs = nil
 		if f != nil {
-			_, _ = io.Copy(follow, f)
+			_, _ = io.Copy(lines, f)
 		}
 		return evs
 	}
@@ -199,7 +199,7 @@ func watchLauncher(ctx context.Context, clk clock.WithTicker, poll time.Duration
 		case <-l.Done():
 		}
 		read()
-		follow.Flush()
+		lines.Flush()
 		exit := l.Exit()
 		up := launcherUpdate{uid: ref.UID, events: evs, exited: true, exitCode: exit.Code, exitDesc: exit.String()}
 		if adopted {

@@ -7,25 +7,16 @@ import (
 	"testing"
 )
 
-func TestFollowerCutsLinesAcrossWrites(t *testing.T) {
-	var events []string
-	var bad []string
+func TestFollower(t *testing.T) {
+	var events, bad []string
 	f := NewFollower(func(ev Event) { events = append(events, ev.Event) }, func(line []byte, err error) { bad = append(bad, string(line)) })
-	stream := `{"event":"Scheduled"}` + "\n\n  \nnot json\n" + `{"event":"Running"}` + "\n" + `{"event":"Succeeded"}`
-	// Byte by byte: a line split over writes is still one line.
-	for i := range len(stream) {
-		if n, err := f.Write([]byte{stream[i]}); n != 1 || err != nil {
-			t.Fatalf("Write = %d, %v", n, err)
-		}
+	for _, line := range []string{`{"event":"Scheduled"}`, "", "  ", "not json", `{"phase":"Running"}`, ` {"event":"Running"} `} {
+		f.Line([]byte(line))
 	}
-	if strings.Join(events, ",") != "Scheduled,Running" || strings.Join(bad, ",") != "not json" {
-		t.Fatalf("before Flush: events %v, bad %v", events, bad)
+	if strings.Join(events, ",") != "Scheduled,Running" || strings.Join(bad, "|") != `not json|{"phase":"Running"}` {
+		t.Fatalf("events %v, bad %v", events, bad)
 	}
-	f.Flush()
-	f.Flush()
-	if strings.Join(events, ",") != "Scheduled,Running,Succeeded" {
-		t.Errorf("after Flush: events %v", events)
-	}
+	NewFollower(func(Event) {}, nil).Line([]byte("not json")) // no bad-line function: skipped
 }
 
 func TestReadEvents(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/launchrt"
+	"github.com/crashloop-harness/crashloop/pkg/spawn"
 )
 
 // computeContainer is the name KubeVirt gives the container that runs
@@ -204,10 +205,10 @@ func (c *container) launch(ctx context.Context, cfg *Config, rt Runtime, vmi *v1
 	}, func(_ []byte, err error) {
 		cfg.Logger.Warn("launcher output is not an event", "vmi", c.vmiKey.String(), "err", err)
 	})
-	// The output goes to the events file as it comes, and to the follower.
-	out := writerFunc(func(b []byte) (int, error) {
-		_, _ = events.Write(b)
-		return follow.Write(b)
+	// Each line goes to the events file as it comes, and to the follower.
+	out := spawn.NewLineWriter(func(line []byte) {
+		_, _ = events.Write(append(append([]byte(nil), line...), '\n'))
+		follow.Line(line)
 	})
 	run, err := rt.Start(ctx, launchrt.Spec{Path: cfg.LauncherPath, Args: args, Dir: string(c.dir),
 		Stdout: out, StderrFile: c.dir.Log(), Truncate: true,
@@ -221,7 +222,7 @@ func (c *container) launch(ctx context.Context, cfg *Config, rt Runtime, vmi *v1
 	c.run = run
 	cfg.Logger.Info("launcher started", "vmi", c.vmiKey.String(), "uid", c.vmiUID, "runtime", rt.Name(), "container", run.ID(),
 		"args", strings.Join(args, " "))
-	go c.watch(cfg.Logger, follow, events, notify)
+	go c.watch(cfg.Logger, out, events, notify)
 	return nil
 }
 
@@ -238,9 +239,9 @@ func (c *container) record(ev launcherapi.Event) {
 }
 
 // watch waits for the launcher to exit, then records the exit.
-func (c *container) watch(log *slog.Logger, follow *launcherapi.Follower, events *os.File, notify func()) {
+func (c *container) watch(log *slog.Logger, out *spawn.LineWriter, events *os.File, notify func()) {
 	<-c.run.Done()
-	follow.Flush()
+	out.Flush()
 	events.Close()
 	exit := c.run.Exit()
 	if exit.Code < 0 {
@@ -326,8 +327,3 @@ func computeResources(pod *k8sv1.Pod) (string, launchrt.Resources, error) {
 	}
 	return "", launchrt.Resources{}, fmt.Errorf("pod %s/%s has no %q container", pod.Namespace, pod.Name, computeContainer)
 }
-
-// writerFunc adapts a function to io.Writer.
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(b []byte) (int, error) { return f(b) }

@@ -191,19 +191,14 @@ func (r *Podman) Start(_ context.Context, spec launchrt.Spec) (launchrt.Launcher
 	c := &podmanContainer{r: r, name: ContainerName(spec.Pod.Namespace, spec.Pod.Name, spec.Pod.UID),
 		stderr: spec.StderrFile, begin: time.Now(), done: make(chan struct{}), stopped: make(chan struct{})}
 	out := &oomReadingWriter{c: c, next: spec.Stdout}
-	ps := spawn.Spec{Path: r.path(), Args: r.RunArgs(spec), Dir: spec.Dir,
-		Stdout: out, StderrFile: spec.StderrFile, Truncate: true}
-	var p *spawn.Process
-	var err error
-	if r.Spawner != nil {
-		p, err = r.Spawner.Start(ps)
-	} else {
-		p, err = spawn.Start(ps)
-	}
+	// The client is a bare process: the process runtime runs it.
+	client := launchrt.Process{Spawner: r.Spawner}
+	p, err := client.Start(context.Background(), launchrt.Spec{Path: r.path(), Args: r.RunArgs(spec), Dir: spec.Dir,
+		Stdout: out, StderrFile: spec.StderrFile, Truncate: true})
 	if err != nil {
 		return nil, err
 	}
-	c.proc, c.ref = p, launchrt.RefOf(p.PID())
+	c.proc, c.ref = p, p.Ref()
 	go c.watch()
 	return c, nil
 }
@@ -220,8 +215,8 @@ type podmanContainer struct {
 	name   string
 	stderr string
 	begin  time.Time
-	proc   *spawn.Process
-	ref    launchrt.Ref // of the podman run client
+	proc   launchrt.Launcher // the podman run client
+	ref    launchrt.Ref      // of the podman run client
 
 	mu      sync.Mutex
 	output  bool            // the container wrote on its stdout: it ran
@@ -382,7 +377,7 @@ func (c *podmanContainer) remove() {
 // with code 128, as CRI runtimes report it; one whose memory cgroup
 // counted OOM kills is OOMKilled whatever its code (the kernel may kill
 // QEMU and leave the launcher to exit on its own).
-func podmanExit(e spawn.Exit, started bool, oomKills int) launchrt.Exit {
+func podmanExit(e launchrt.Exit, started bool, oomKills int) launchrt.Exit {
 	switch {
 	case e.Code < 0:
 		return launchrt.Exit{Code: 128, Reason: launchrt.ReasonError, Message: "podman run could not be waited for"}

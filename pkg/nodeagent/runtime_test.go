@@ -80,22 +80,22 @@ func TestComputeResources(t *testing.T) {
 func TestPodmanExit(t *testing.T) {
 	cases := []struct {
 		name     string
-		exit     spawn.Exit
+		exit     launchrt.Exit
 		started  bool
 		oomKills int
 		code     int
 		reason   string
 	}{
-		{"exit 0", spawn.Exit{Code: 0}, true, 0, 0, launchrt.ReasonCompleted},
-		{"launcher failed", spawn.Exit{Code: 12}, true, 0, 12, launchrt.ReasonError},
-		{"QEMU OOM-killed, launcher exited on its own", spawn.Exit{Code: 13}, true, 1, 13, launchrt.ReasonOOMKilled},
-		{"the container's process OOM-killed", spawn.Exit{Code: 137}, true, 1, 137, launchrt.ReasonOOMKilled},
-		{"SIGKILL without OOM", spawn.Exit{Code: 137}, true, 0, 137, launchrt.ReasonError},
-		{"podman failed before the container ran", spawn.Exit{Code: 125}, false, 0, 128, launchrt.ReasonStartError},
-		{"entrypoint not found", spawn.Exit{Code: 127}, false, 0, 128, launchrt.ReasonStartError},
-		{"the launcher itself exited 125", spawn.Exit{Code: 125}, true, 0, 125, launchrt.ReasonError},
-		{"client killed", spawn.Exit{Code: 137, Signal: syscall.SIGKILL}, true, 0, 137, launchrt.ReasonError},
-		{"client not waited for", spawn.Exit{Code: -1}, true, 0, 128, launchrt.ReasonError},
+		{"exit 0", launchrt.Exit{Code: 0}, true, 0, 0, launchrt.ReasonCompleted},
+		{"launcher failed", launchrt.Exit{Code: 12}, true, 0, 12, launchrt.ReasonError},
+		{"QEMU OOM-killed, launcher exited on its own", launchrt.Exit{Code: 13}, true, 1, 13, launchrt.ReasonOOMKilled},
+		{"the container's process OOM-killed", launchrt.Exit{Code: 137}, true, 1, 137, launchrt.ReasonOOMKilled},
+		{"SIGKILL without OOM", launchrt.Exit{Code: 137}, true, 0, 137, launchrt.ReasonError},
+		{"podman failed before the container ran", launchrt.Exit{Code: 125}, false, 0, 128, launchrt.ReasonStartError},
+		{"entrypoint not found", launchrt.Exit{Code: 127}, false, 0, 128, launchrt.ReasonStartError},
+		{"the launcher itself exited 125", launchrt.Exit{Code: 125}, true, 0, 125, launchrt.ReasonError},
+		{"client killed", launchrt.Exit{Code: 137, Signal: syscall.SIGKILL}, true, 0, 137, launchrt.ReasonError},
+		{"client not waited for", launchrt.Exit{Code: -1}, true, 0, 128, launchrt.ReasonError},
 	}
 	for _, c := range cases {
 		got := podmanExit(c.exit, c.started, c.oomKills)
@@ -140,7 +140,7 @@ func TestPodmanStartStop(t *testing.T) {
 	root := t.TempDir()
 	r := &Podman{Path: fakePodman(t, root), CgroupRoot: root, Poll: 10 * time.Millisecond}
 	lines := make(chan string, 10)
-	out := launcherapi.NewFollower(func(ev launcherapi.Event) { lines <- ev.Event }, nil)
+	out := spawn.NewLineWriter(launcherapi.NewFollower(func(ev launcherapi.Event) { lines <- ev.Event }, nil).Line)
 	c, err := r.Start(context.Background(), launchrt.Spec{Pod: launchrt.Pod{Namespace: "ns", Name: "p", UID: "u", Image: "img"},
 		Dir: root, StderrFile: filepath.Join(root, "stderr"), Stdout: out})
 	if err != nil {
