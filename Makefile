@@ -66,6 +66,7 @@ cloud-image: deps
 build: deps
 	$(GO) build -o $(BIN)/ ./cmd/...
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/virt-launcher ./cmd/virt-launcher-convert
+	GO=$(GO) kubevirtmode/build.sh $(BIN)
 
 ## clusterlite: build etcd, kube-apiserver and KubeVirt's virt-controller/virt-api from Go modules (tools/clusterlite);
 ##   KUBEVIRT_VERSION=vX.Y.Z: another KubeVirt release, into _build/clusterlite/kubevirt-vX.Y.Z/bin;
@@ -73,7 +74,7 @@ build: deps
 clusterlite: deps
 	KUBEVIRT_VERSION='$(KUBEVIRT_VERSION)' KUBEVIRT_SRC='$(KUBEVIRT_SRC)' tools/clusterlite/build.sh $(CLUSTERLITE_BIN)
 
-## cluster-up: a one-node KubeVirt on loopback in the foreground (Ctrl-C tears it down); prints KUBECONFIG=
+## cluster-up: a one-node KubeVirt in a network namespace of its own, in the foreground (Ctrl-C tears it down); prints NETNS= (nsenter --net=) and KUBECONFIG=
 cluster-up: build images clusterlite
 	$(BIN)/clusterlite up
 
@@ -95,6 +96,7 @@ test:
 
 unit: deps clusterlite
 	CLUSTERLITE_BIN_DIR=$(CURDIR)/$(CLUSTERLITE_BIN) $(GO) test -count=1 ./pkg/... ./cmd/...
+	cd kubevirtmode && $(GO) test -count=1 ./monitor/...
 
 fuzz: deps
 	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./pkg/faults
@@ -103,10 +105,12 @@ fuzz: deps
 lint: deps
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	@set -e; for m in tools/clusterlite/*/; do (cd $$m && $(GO) vet ./...); done
+	@set -e; for m in tools/clusterlite/*/ kubevirtmode/; do (cd $$m && $(GO) vet ./...); done
+	cd kubevirtmode && $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
-## functest: the ginkgo suites on real VMs (the image suite runs the launcher image); one JUnit file per suite in _build/junit/
+## functest: the ginkgo suites on real VMs (the image suite runs the launcher image, the KubeVirt-mode
+##   conformance suite drives it with virt-handler's own client code); one JUnit file per suite in _build/junit/
 functest: build images clusterlite image
 	@mkdir -p $(BUILD)/junit
 	@set -e; for suite in $$(grep -l 'RunSpecs(' functests/*/*_test.go | xargs -n1 dirname | sort -u); do \
@@ -115,6 +119,9 @@ functest: build images clusterlite image
 		$(GO) test -v -count=1 -timeout 40m ./$$suite -args -ginkgo.v -ginkgo.no-color \
 			-ginkgo.junit-report=$(CURDIR)/$(BUILD)/junit/$$name.xml $(FUNCTEST_FLAGS); \
 	done
+	@echo "=== functional suite kubevirtmode/conformance"
+	cd kubevirtmode && $(GO) test -v -count=1 -timeout 20m ./conformance -args -ginkgo.v -ginkgo.no-color \
+		-ginkgo.junit-report=$(CURDIR)/$(BUILD)/junit/kubevirt-conformance.xml $(FUNCTEST_FLAGS)
 
 ## bench: one table of launch latencies (warm, cold, as PID 1, boot) against virsh and the QEMU floor, crash path, RSS
 bench: build images

@@ -25,8 +25,9 @@
 //
 // The daemon comparison needs libvirtd: the program starts virtlogd and
 // libvirtd itself when none runs, with QEMU as root like the launcher's own
-// configuration (qemu.conf is restored and the daemons it started are
-// stopped by PID afterwards). Run it as root.
+// configuration, from a copy of qemu.conf bind-mounted in libvirtd's own
+// mount namespace (the host's file is not changed), and stops the daemons
+// it started by PID afterwards. Run it as root.
 package main
 
 import (
@@ -45,6 +46,9 @@ import (
 	"syscall"
 	"time"
 
+	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/crashloop-harness/crashloop/functests/testguest"
 	"github.com/crashloop-harness/crashloop/pkg/converter"
 	"github.com/crashloop-harness/crashloop/pkg/faults"
 	"github.com/crashloop-harness/crashloop/pkg/kvdefaults"
@@ -52,34 +56,15 @@ import (
 	"github.com/crashloop-harness/crashloop/pkg/qemu"
 )
 
-const (
-	guestImage = "localhost/crashloop/test-guest:latest"
-	kernelArgs = "console=ttyS0 quiet panic=-1"
-	// readyMarker is what the test guest's /init prints (the launcher's
-	// default --ready-marker).
-	readyMarker = "HARNESS-GUEST-READY"
-	domainName  = "bench_bench"
-)
+// domainName is the benchmark VMI's libvirt domain (namespace_name).
+const domainName = "bench_bench"
 
-// vmiYAML is the benchmark's VMI; annotations is indented under metadata.
-func vmiYAML(annotations string) string {
-	return `apiVersion: kubevirt.io/v1
-kind: VirtualMachineInstance
-metadata:
-  name: bench
-  namespace: bench
-` + annotations + `spec:
-  domain:
-    memory:
-      guest: 256Mi
-    firmware:
-      kernelBoot:
-        kernelArgs: "` + kernelArgs + `"
-        container:
-          image: ` + guestImage + `
-          kernelPath: /boot/vmlinuz
-          initrdPath: /boot/initrd.img
-`
+// vmiYAML is the benchmark's VMI: the test guest, without its scratch
+// disk (the benchmark times the boot alone), with annotations.
+func vmiYAML(annotations map[string]string) (string, error) {
+	vmi := testguest.VMI(testguest.Spec{Name: "bench", Namespace: "bench", Annotations: annotations})
+	vmi.Spec.Domain.Devices, vmi.Spec.Volumes = v1.Devices{}, nil
+	return testguest.Manifest(vmi)
 }
 
 // config is the command line.
@@ -125,10 +110,23 @@ type bench struct {
 	kernel, initrd        string
 }
 
-func (b *bench) args(cacheDir string, extra ...string) []string {
-	a := []string{"--image-dir", b.images, "--runtime-dir", filepath.Join(b.dir, "run"),
-		"--console-log", filepath.Join(b.dir, "console.log"), "--cache-dir", cacheDir, "--log-level", "error"}
-	return append(append(a, extra...), b.vmi)
+// args is the launcher's command line for a launch with the capability
+// cache at cacheDir, with extra fields set by more.
+func (b *bench) args(cacheDir string, more func(*launcherapi.Args)) []string {
+	a := launcherapi.Args{ImageDir: b.images, RuntimeDir: filepath.Join(b.dir, "run"),
+		ConsoleLog: filepath.Join(b.dir, "console.log"), CacheDir: cacheDir, LogLevel: "error", Manifest: b.vmi}
+	if more != nil {
+		more(&a)
+	}
+	return a.Build()
+}
+
+// results are every row's measurements.
+type results struct {
+	floor, cpuRead, cold, coldPID1, warm, ready, killToFailed, raw, virsh sample
+	crash, crashCPU, failFast, failFastCPU                                sample
+	cpuGets                                                               int
+	rss                                                                   []int
 }
 
 func run(c config) (*table, error) {
@@ -137,135 +135,181 @@ func run(c config) (*table, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	b := &bench{config: c, dir: dir, vmi: filepath.Join(dir, "vmi.yaml"), failFastVMI: filepath.Join(dir, "vmi-failfast.yaml")}
-	if err := os.WriteFile(b.vmi, []byte(vmiYAML("")), 0o644); err != nil {
+	b, err := newBench(c, dir)
+	if err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(b.failFastVMI, []byte(vmiYAML("  annotations:\n    "+faults.FailFastAnnotation+": \"true\"\n")), 0o644); err != nil {
-		return nil, err
+	var r results
+	for _, step := range []struct {
+		what string
+		do   func(*results) error
+	}{
+		{"QEMU floor", b.measureFloor},
+		{"guest-CPU read on raw QEMU", b.measureCPURead},
+		{"launches", b.measureLaunches},
+		{"raw QEMU boot", b.measureRawBoot},
+		{"virsh create", b.measureVirsh},
+		{"crash paths", b.measureCrashes},
+	} {
+		if err := step.do(&r); err != nil {
+			return nil, fmt.Errorf("%s: %w", step.what, err)
+		}
+	}
+	return r.table(), nil
+}
+
+// newBench writes the benchmark's VMIs into dir and finds the test
+// guest's kernel and initrd.
+func newBench(c config, dir string) (*bench, error) {
+	b := &bench{config: c, dir: dir, vmi: filepath.Join(dir, "vmi.yaml"), failFastVMI: filepath.Join(dir, "vmi-failfast.yaml")}
+	for path, annotations := range map[string]map[string]string{b.vmi: nil, b.failFastVMI: {faults.FailFastAnnotation: "true"}} {
+		text, err := vmiYAML(annotations)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			return nil, err
+		}
 	}
 	store, err := converter.OpenImageStore(c.images)
 	if err != nil {
 		return nil, fmt.Errorf("image folder %s (make images): %w", c.images, err)
 	}
-	if b.kernel, err = store.File(guestImage, "/boot/vmlinuz"); err != nil {
+	if b.kernel, err = store.File(testguest.Image, testguest.Kernel); err != nil {
 		return nil, err
 	}
-	if b.initrd, err = store.File(guestImage, "/boot/initrd.img"); err != nil {
+	if b.initrd, err = store.File(testguest.Image, testguest.Initrd); err != nil {
 		return nil, err
 	}
-	t := &table{}
+	return b, nil
+}
 
-	// The QEMU floor.
-	var floor sample
-	for range c.runs {
+// measureFloor times the QEMU floor.
+func (b *bench) measureFloor(r *results) error {
+	for range b.runs {
 		d, err := b.qemuFloor()
 		if err != nil {
-			return t, fmt.Errorf("QEMU floor: %w", err)
+			return err
 		}
-		floor = append(floor, d)
+		r.floor = append(r.floor, d)
 	}
+	return nil
+}
 
-	// What QEMU takes to answer libvirt 9.0's guest-CPU read, the largest
-	// part of a warm start, on a bare QEMU.
-	var cpuRead sample
-	cpuGets := 0
-	for range c.runs {
+// measureCPURead times what QEMU takes to answer libvirt 9.0's guest-CPU
+// read, the largest part of a warm start, on a bare QEMU.
+func (b *bench) measureCPURead(r *results) error {
+	for range b.runs {
 		d, n, err := b.cpuRead()
 		if err != nil {
-			return t, fmt.Errorf("guest-CPU read on raw QEMU: %w", err)
+			return err
 		}
-		cpuRead, cpuGets = append(cpuRead, d), n
+		r.cpuRead, r.cpuGets = append(r.cpuRead, d), n
 	}
+	return nil
+}
 
-	// Cold first launches: a fresh capability cache each time, directly
-	// and as PID 1 of a new PID namespace. A first launch fills the cache
-	// of the warm launches.
-	var cold, coldPID1 sample
-	var pin []string
-	if c.warmCPU >= 0 {
-		pin = []string{"taskset", "-c", strconv.Itoa(c.warmCPU)}
-	}
-	warmCache := filepath.Join(dir, "cache-warm")
-	if _, err := b.launch(pin, b.args(warmCache), false); err != nil {
-		return t, fmt.Errorf("filling the warm cache: %w", err)
-	}
-	for i := range c.coldRuns {
-		cache := filepath.Join(dir, fmt.Sprintf("cache-cold-%d", i))
-		r, err := b.launch(nil, b.args(cache), false)
-		if err != nil {
-			return t, fmt.Errorf("cold launch: %w", err)
-		}
-		cold = append(cold, r.running)
-		cache = filepath.Join(dir, fmt.Sprintf("cache-cold-pid1-%d", i))
-		r, err = b.launch([]string{"unshare", "--pid", "--fork", "--mount-proc", "--kill-child", "--"}, b.args(cache), false)
-		if err != nil {
-			return t, fmt.Errorf("cold launch as PID 1: %w", err)
-		}
-		coldPID1 = append(coldPID1, r.running)
-	}
+// warmCache is the capability cache of the warm launches.
+func (b *bench) warmCache() string { return filepath.Join(b.dir, "cache-warm") }
 
-	// Warm launches, to Running and on to GuestReady; the RSS while the
-	// guest runs; then SIGKILL of QEMU to Failed.
-	var warm, ready, killToFailed sample
-	var rss []int
-	for range c.runs {
-		r, err := b.launch(pin, b.args(warmCache), true)
-		if err != nil {
-			return t, fmt.Errorf("warm launch: %w", err)
-		}
-		warm, ready, killToFailed = append(warm, r.running), append(ready, r.ready), append(killToFailed, r.killToFailed)
-		rss = append(rss, r.rssKiB)
+// pin is the wrapper that pins the warm launches to -warm-cpu.
+func (b *bench) pin() []string {
+	if b.warmCPU < 0 {
+		return nil
 	}
+	return []string{"taskset", "-c", strconv.Itoa(b.warmCPU)}
+}
 
-	// Raw QEMU booting the same kernel, initrd and command line.
-	var raw sample
-	for range c.runs {
+// measureLaunches times cold first launches (a fresh capability cache
+// each time, directly and as PID 1 of a new PID namespace; a first launch
+// fills the cache of the warm launches), then warm launches to Running
+// and on to GuestReady, the RSS while the guest runs, and SIGKILL of QEMU
+// to Failed.
+func (b *bench) measureLaunches(r *results) error {
+	if _, err := b.launch(b.pin(), b.args(b.warmCache(), nil), false); err != nil {
+		return fmt.Errorf("filling the warm cache: %w", err)
+	}
+	for i := range b.coldRuns {
+		res, err := b.launch(nil, b.args(filepath.Join(b.dir, fmt.Sprintf("cache-cold-%d", i)), nil), false)
+		if err != nil {
+			return fmt.Errorf("cold launch: %w", err)
+		}
+		r.cold = append(r.cold, res.running)
+		res, err = b.launch([]string{"unshare", "--pid", "--fork", "--mount-proc", "--kill-child", "--"},
+			b.args(filepath.Join(b.dir, fmt.Sprintf("cache-cold-pid1-%d", i)), nil), false)
+		if err != nil {
+			return fmt.Errorf("cold launch as PID 1: %w", err)
+		}
+		r.coldPID1 = append(r.coldPID1, res.running)
+	}
+	for range b.runs {
+		res, err := b.launch(b.pin(), b.args(b.warmCache(), nil), true)
+		if err != nil {
+			return fmt.Errorf("warm launch: %w", err)
+		}
+		r.warm, r.ready, r.killToFailed = append(r.warm, res.running), append(r.ready, res.ready), append(r.killToFailed, res.killToFailed)
+		r.rss = append(r.rss, res.rssKiB)
+	}
+	return nil
+}
+
+// measureRawBoot times raw QEMU booting the same kernel, initrd and
+// command line.
+func (b *bench) measureRawBoot(r *results) error {
+	for range b.runs {
 		d, err := b.rawBoot()
 		if err != nil {
-			return t, fmt.Errorf("raw QEMU boot: %w", err)
+			return err
 		}
-		raw = append(raw, d)
+		r.raw = append(r.raw, d)
 	}
+	return nil
+}
 
-	// virsh create of the same domain against a warm daemon.
-	virsh, err := b.virshCreate(warmCache)
-	if err != nil {
-		return t, err
-	}
+// measureVirsh times virsh create of the same domain against a warm
+// daemon.
+func (b *bench) measureVirsh(r *results) (err error) {
+	r.virsh, err = b.virshCreate(b.warmCache())
+	return err
+}
 
-	// The crash path, by flag and by annotation.
-	crash, crashCPU, err := b.crashes([]string{"--simulate-crash", b.vmi})
-	if err != nil {
-		return t, err
+// measureCrashes times the crash path, by flag and by annotation.
+func (b *bench) measureCrashes(r *results) (err error) {
+	crash := launcherapi.Args{SimulateCrash: true, Manifest: b.vmi}
+	if r.crash, r.crashCPU, err = b.crashes(crash.Build()); err != nil {
+		return err
 	}
-	failFast, failFastCPU, err := b.crashes([]string{"--log-level", "error", b.failFastVMI})
-	if err != nil {
-		return t, err
-	}
+	failFast := launcherapi.Args{LogLevel: "error", Manifest: b.failFastVMI}
+	r.failFast, r.failFastCPU, err = b.crashes(failFast.Build())
+	return err
+}
 
-	t.add("QEMU floor: exec -> QMP handshake done (-S)", "anchor", floor)
-	t.add("virsh create, warm libvirtd, same XML", "anchor", virsh)
-	t.add(fmt.Sprintf("raw QEMU: libvirt 9.0's guest-CPU read (qom-list + %d qom-get), serial", cpuGets), "anchor", cpuRead)
-	t.add("warm: launcher exec -> Running", "", warm)
-	t.ratio("  warm Running / virsh create", "<= 0.5x", warm, virsh)
-	t.ratio("  warm Running / QEMU floor", "<= 5x (moonshot)", warm, floor)
-	t.ratio("  guest-CPU read / warm Running", "share", cpuRead, warm)
-	t.ratio("  guest-CPU read / virsh create", "share", cpuRead, virsh)
-	t.add("cold (fresh --cache-dir): exec -> Running", "<= 5s", cold)
-	t.add("cold as PID 1 (unshare --pid --fork): exec -> Running", "<= 5s", coldPID1)
-	t.add("raw QEMU exec -> ready marker on serial", "anchor", raw)
-	t.add("launcher exec -> GuestReady", "", ready)
-	t.ratio("  GuestReady / raw QEMU", "<= 1.1x", ready, raw)
-	t.add("SIGKILL of QEMU -> Failed event", "median < 50ms", killToFailed)
-	t.add("--simulate-crash exec -> exit (wall)", "median <= 5ms", crash)
-	t.add("--simulate-crash exec -> exit (CPU)", "<= 3ms", crashCPU)
-	t.add("fail-fast annotation exec -> exit (wall)", "median <= 5ms", failFast)
-	t.add("fail-fast annotation exec -> exit (CPU)", "<= 3ms", failFastCPU)
+// table is the results as the benchmark's table, with its targets.
+func (r *results) table() *table {
+	t := &table{}
+	t.add("QEMU floor: exec -> QMP handshake done (-S)", "anchor", r.floor)
+	t.add("virsh create, warm libvirtd, same XML", "anchor", r.virsh)
+	t.add(fmt.Sprintf("raw QEMU: libvirt 9.0's guest-CPU read (qom-list + %d qom-get), serial", r.cpuGets), "anchor", r.cpuRead)
+	t.add("warm: launcher exec -> Running", "", r.warm)
+	t.ratio("  warm Running / virsh create", "<= 0.5x", r.warm, r.virsh)
+	t.ratio("  warm Running / QEMU floor", "<= 5x (moonshot)", r.warm, r.floor)
+	t.ratio("  guest-CPU read / warm Running", "share", r.cpuRead, r.warm)
+	t.ratio("  guest-CPU read / virsh create", "share", r.cpuRead, r.virsh)
+	t.add("cold (fresh --cache-dir): exec -> Running", "<= 5s", r.cold)
+	t.add("cold as PID 1 (unshare --pid --fork): exec -> Running", "<= 5s", r.coldPID1)
+	t.add("raw QEMU exec -> ready marker on serial", "anchor", r.raw)
+	t.add("launcher exec -> GuestReady", "", r.ready)
+	t.ratio("  GuestReady / raw QEMU", "<= 1.1x", r.ready, r.raw)
+	t.add("SIGKILL of QEMU -> Failed event", "median < 50ms", r.killToFailed)
+	t.add("--simulate-crash exec -> exit (wall)", "median <= 5ms", r.crash)
+	t.add("--simulate-crash exec -> exit (CPU)", "<= 3ms", r.crashCPU)
+	t.add("fail-fast annotation exec -> exit (wall)", "median <= 5ms", r.failFast)
+	t.add("fail-fast annotation exec -> exit (CPU)", "<= 3ms", r.failFastCPU)
+	rss := slices.Clone(r.rss)
 	slices.Sort(rss)
 	t.note("launcher + helpers RSS while the guest runs (QEMU excluded)", "< 40 MiB",
 		fmt.Sprintf("median %.1f MiB (min %.1f, max %.1f, n %d)", mib(rss[len(rss)/2]), mib(rss[0]), mib(rss[len(rss)-1]), len(rss)))
-	return t, nil
+	return t
 }
 
 func mib(kib int) float64 { return float64(kib) / 1024 }
@@ -318,7 +362,7 @@ func startQEMU(cmd *exec.Cmd) (lines *bufio.Scanner, start time.Time, stop func(
 // launcher's domain (q35), so that the ratio compares the same machine.
 func (b *bench) rawBoot() (time.Duration, error) {
 	cmd := exec.Command(b.qemuBin, "-nodefaults", "-display", "none", "-no-user-config", "-accel", "tcg",
-		"-machine", kvdefaults.MachineType, "-m", "256", "-smp", "1", "-kernel", b.kernel, "-initrd", b.initrd, "-append", kernelArgs,
+		"-machine", kvdefaults.MachineType, "-m", "256", "-smp", "1", "-kernel", b.kernel, "-initrd", b.initrd, "-append", testguest.KernelArgs,
 		"-serial", "stdio", "-no-reboot")
 	lines, start, stop, err := startQEMU(cmd)
 	if err != nil {
@@ -328,11 +372,11 @@ func (b *bench) rawBoot() (time.Duration, error) {
 	timer := time.AfterFunc(90*time.Second, func() { _ = cmd.Process.Kill() })
 	defer timer.Stop()
 	for lines.Scan() {
-		if strings.Contains(lines.Text(), readyMarker) {
+		if strings.Contains(lines.Text(), launcherapi.DefaultReadyMarker) {
 			return time.Since(start), nil
 		}
 	}
-	return 0, fmt.Errorf("QEMU ended before %s appeared on its serial console", readyMarker)
+	return 0, fmt.Errorf("QEMU ended before %s appeared on its serial console", launcherapi.DefaultReadyMarker)
 }
 
 // launchResult is one launch, from the exec of the launcher (or of the
@@ -411,7 +455,8 @@ func (b *bench) crashes(args []string) (wall, cpu sample, err error) {
 // virshCreate renders the launcher's domain XML (--dry-run) and times
 // `virsh create` of it on a warm libvirt daemon; the first create warms it.
 func (b *bench) virshCreate(cache string) (sample, error) {
-	xmlOut, err := exec.Command(b.bin, append([]string{"--dry-run", "--accel", "tcg"}, b.args(cache)...)...).Output()
+	dry := b.args(cache, func(a *launcherapi.Args) { a.DryRun, a.Accel = true, launcherapi.AccelTCG })
+	xmlOut, err := exec.Command(b.bin, dry...).Output()
 	if err != nil {
 		return nil, fmt.Errorf("virt-launcher --dry-run: %w", err)
 	}
@@ -424,7 +469,7 @@ func (b *bench) virshCreate(cache string) (sample, error) {
 	if err := os.WriteFile(xmlPath, xmlOut[i:], 0o644); err != nil {
 		return nil, err
 	}
-	stopDaemon, err := ensureDaemon()
+	stopDaemon, err := ensureDaemon(b.dir)
 	if err != nil {
 		return nil, err
 	}

@@ -1,5 +1,5 @@
-// Command clusterlite brings up a one-node KubeVirt on this machine, all on
-// loopback, and tears it down cleanly: a real etcd and kube-apiserver,
+// Command clusterlite brings up a one-node KubeVirt on this machine, in a
+// network namespace of its own, and tears it down cleanly: a real etcd and kube-apiserver,
 // KubeVirt's CRDs, KubeVirt object, webhooks and APIService generated from
 // KubeVirt's own operator code, KubeVirt's real virt-controller and
 // virt-api (linked from kubevirt.io/kubevirt v1.6.0, built by
@@ -10,11 +10,20 @@
 //
 //	clusterlite up [flags]
 //
+// etcd, the API server, virt-api and virt-controller run in that
+// namespace (virt-api's Service address on its lo); the host's network is
+// left alone, and the host reaches the API server through a forward on its
+// own 127.0.0.1. The node agent runs in this process and its launchers need
+// no network.
+//
 // "up" runs in the foreground. When the stack is ready it prints
+// "NETNS=<path>" (nsenter --net=<path> enters the namespace) and
 // "KUBECONFIG=<path>" on stdout (point kubectl-like clients and the cluster
 // lane at it); SIGINT or SIGTERM tears everything down: the VMs' launchers,
-// KubeVirt's components, the API server, etcd, the service address on lo
-// and, unless --keep-state, the state folder. Exit codes: 0 clean, 1 the
+// KubeVirt's components, the API server, etcd, the namespace and, unless
+// --keep-state, the state folder. After a SIGKILL the kernel ends the
+// children and frees the namespace; the next "up" removes the podman
+// containers a killed stack left. Exit codes: 0 clean, 1 the
 // stack failed or did not stop cleanly, 3 bad flags.
 package main
 
@@ -95,7 +104,7 @@ func parseUp(args []string) (upOptions, error) {
 	fs.StringVar(&o.launcher, "launcher", filepath.Join(binDir, "virt-launcher"), "our virt-launcher binary, run by the node agent for every VMI")
 	fs.StringVar(&o.imageDir, "image-dir", filepath.Join(binDir, "..", "images"), "the launcher's image folder (make images)")
 	fs.StringVar(&o.nodeName, "node-name", "clusterlite-node", "name of the one node")
-	fs.StringVar(&o.virtAPIIP, "virt-api-ip", "10.254.0.10", "address added to lo for virt-api's Service (inside 10.254.0.0/24; not loopback, which Endpoints refuse)")
+	fs.StringVar(&o.virtAPIIP, "virt-api-ip", "10.254.0.10", "virt-api's Service address, on the lo of the stack's own network namespace (inside 10.254.0.0/24; not loopback, which Endpoints refuse)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.launcherLog, "launcher-log-level", "info", "--log-level passed to every virt-launcher")
 	fs.StringVar(&o.runtime, "launcher-runtime", "auto", "how the node agent runs launcher pods: podman (a container of the pod's image, with its resources as cgroup limits), process (bare processes of --launcher), or auto (podman when it works and has the image, else process, said once at warn level)")

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -43,26 +41,5 @@ func TestRunExitCodes(t *testing.T) {
 		if got := run(strings.Fields(args)); got != want {
 			t.Errorf("run(%q) = %d, want %d", args, got, want)
 		}
-	}
-}
-
-func TestChooseRuntimeFallsBackOnce(t *testing.T) {
-	t.Setenv("PATH", t.TempDir()) // no podman
-	var logs strings.Builder
-	log := slog.New(slog.NewTextHandler(&logs, nil))
-	cache := filepath.Join(t.TempDir(), "caps")
-	rt, err := chooseRuntime(context.Background(), upOptions{runtime: "auto", launcher: "/bin/virt-launcher"}, cache, log)
-	if err != nil || rt != nil {
-		t.Fatalf("auto without podman: %v, %v; want bare processes", rt, err)
-	}
-	if n := strings.Count(logs.String(), "level=WARN"); n != 1 || !strings.Contains(logs.String(), "podman is not installed") {
-		t.Errorf("want one warning saying why, got:\n%s", logs.String())
-	}
-	if _, err := chooseRuntime(context.Background(), upOptions{runtime: "podman"}, cache, log); err == nil ||
-		!strings.Contains(err.Error(), "--launcher-runtime=podman: podman is not installed") {
-		t.Errorf("podman without podman: %v", err)
-	}
-	if rt, err := chooseRuntime(context.Background(), upOptions{runtime: "process"}, cache, log); rt != nil || err != nil {
-		t.Errorf("process: %v, %v", rt, err)
 	}
 }

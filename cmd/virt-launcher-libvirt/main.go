@@ -15,9 +15,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strconv"
 	"syscall"
 
+	"github.com/crashloop-harness/crashloop/internal/launchplan"
 	"github.com/crashloop-harness/crashloop/pkg/launcher"
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 )
@@ -25,9 +25,9 @@ import (
 func main() {
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
-		case forgetFlag:
+		case launchplan.ForgetDomainFlag:
 			os.Exit(forgetDomain(os.Args[2:], os.Stderr))
-		case launcherapi.RunPlanFlag:
+		case launchplan.RunFlag:
 			os.Exit(int(runPlan(os.Args[2:], os.Stdout, os.Stderr)))
 		}
 	}
@@ -35,23 +35,13 @@ func main() {
 	os.Exit(int(launcherapi.ExitUsage))
 }
 
-// runPlan is the RunPlanFlag mode's main: args is the plan's descriptor.
+// runPlan is the launchplan.RunFlag mode's main: args is the plan's
+// descriptor.
 func runPlan(args []string, stdout, stderr io.Writer) launcherapi.ExitCode {
 	// SIGTERM/SIGINT ask for a graceful stop from the first instruction.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if len(args) != 1 {
-		fmt.Fprintf(stderr, "virt-launcher-libvirt: %s: want one file descriptor, got %q\n", launcherapi.RunPlanFlag, args)
-		return launcherapi.ExitUsage
-	}
-	fd, err := strconv.Atoi(args[0])
-	if err != nil || fd < 0 {
-		fmt.Fprintf(stderr, "virt-launcher-libvirt: %s: want a file descriptor, got %q\n", launcherapi.RunPlanFlag, args[0])
-		return launcherapi.ExitUsage
-	}
-	f := os.NewFile(uintptr(fd), "run-plan")
-	plan, err := launcherapi.ReadPlan(f)
-	f.Close()
+	plan, err := launchplan.Receive[launchplan.RunPlan](launchplan.RunFlag, args)
 	if err != nil {
 		fmt.Fprintf(stderr, "virt-launcher-libvirt: %v\n", err)
 		return launcherapi.ExitInternal

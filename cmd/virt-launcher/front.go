@@ -9,9 +9,10 @@
 // the command line (exit 3), honours --simulate-crash and the fail-fast
 // annotation (a panic, exit 2) and an unreadable manifest (exit 4) without
 // loading libvirt or the KubeVirt types, then execs virt-launcher-convert,
-// installed next to it, with the same arguments, in the same process; that
-// converts the VMI to a domain and execs virt-launcher-libvirt, the only
-// binary that links libvirt, with the plan. The launch's PID, signals,
+// installed next to it, in the same process, handing it the parsed command
+// line and the manifest it read (internal/launchplan); that converts the
+// VMI to a domain and execs virt-launcher-libvirt, the only binary that
+// links libvirt, with the plan. The launch's PID, signals,
 // stdout and exit code are the last stage's. The converter starts this
 // binary again as the launch's reaper (pkg/watchdog), a few MiB instead of
 // a second copy of libvirt.
@@ -24,11 +25,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 
-	"golang.org/x/sys/unix"
 	"sigs.k8s.io/yaml"
 
+	"github.com/crashloop-harness/crashloop/internal/launchplan"
 	"github.com/crashloop-harness/crashloop/pkg/faults"
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/watchdog"
@@ -57,43 +57,35 @@ func main() {
 
 // run checks what the front can check cheaply and execs the converter;
 // it returns only when the launch ends here.
-func run(argv []string, part string, stdin *os.File, stderr io.Writer) launcherapi.ExitCode {
+func run(argv []string, part string, stdin io.Reader, stderr io.Writer) launcherapi.ExitCode {
 	base := launcherapi.DefaultArgs()
-	base.ImageDir = launcherapi.ImageDirBeside(part)
-	args, log, code, ok := launcherapi.Begin(argv, base, stderr)
+	base.ImageDir = launchplan.ImageDirBeside(part)
+	args, log, code, ok := launchplan.Begin(argv, base, stderr)
 	if !ok {
 		return code
 	}
 	if args.SimulateCrash {
 		// KubeVirt's semantics: right after flags and logging, before
 		// anything else exists.
-		launcherapi.SimulatedCrash(log, "--simulate-crash given")
+		launchplan.SimulatedCrash(log, "--simulate-crash given")
 	}
-	input := args.Manifest
-	var data []byte
+	req := launchplan.Request{Args: args, Input: args.Manifest}
 	var err error
-	if input == "-" {
-		input = "stdin"
-		data, err = io.ReadAll(stdin)
+	if req.Input == "-" {
+		req.Input = "stdin"
+		req.Manifest, err = io.ReadAll(stdin)
 	} else {
-		data, err = os.ReadFile(input)
+		req.Manifest, err = os.ReadFile(req.Input)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "virt-launcher: reading %s: %v\n", input, err)
+		fmt.Fprintf(stderr, "virt-launcher: reading %s: %v\n", req.Input, err)
 		return launcherapi.ExitInputUnreadable
 	}
-	if faults.WantsSimulatedCrash(annotations(data)) {
-		launcherapi.SimulatedCrash(log, "VMI carries "+faults.FailFastAnnotation)
+	if faults.WantsSimulatedCrash(annotations(req.Manifest)) {
+		launchplan.SimulatedCrash(log, "VMI carries "+faults.FailFastAnnotation)
 	}
-	if args.Manifest == "-" {
-		// The converter reads stdin again: give it what was read.
-		if err := replaceStdin(data); err != nil {
-			log.Error("handing stdin to "+convertPart, "err", err)
-			return launcherapi.ExitInternal
-		}
-	}
-	err = syscall.Exec(part, append([]string{part}, argv...), os.Environ())
-	fmt.Fprintf(stderr, "virt-launcher: running %s: %v\n", part, err)
+	err = launchplan.Exec(part, launchplan.PrepareFlag, req)
+	fmt.Fprintf(stderr, "virt-launcher: %v\n", err)
 	return launcherapi.ExitInternal
 }
 
@@ -112,32 +104,11 @@ func annotations(data []byte) map[string]string {
 	return meta.Metadata.Annotations
 }
 
-// replaceStdin makes file descriptor 0 a memory file holding data, read
-// from its start.
-func replaceStdin(data []byte) error {
-	fd, err := unix.MemfdCreate("virt-launcher-stdin", 0)
-	if err != nil {
-		return fmt.Errorf("creating a memory file: %w", err)
-	}
-	f := os.NewFile(uintptr(fd), "stdin")
-	defer f.Close()
-	if _, err := f.Write(data); err != nil {
-		return fmt.Errorf("writing the manifest to a memory file: %w", err)
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return fmt.Errorf("rewinding the memory file: %w", err)
-	}
-	if err := unix.Dup2(fd, 0); err != nil {
-		return fmt.Errorf("making the memory file stdin: %w", err)
-	}
-	return nil
-}
-
 // forgetVia removes a domain from an external libvirt by running the
 // libvirt part, the only binary that links libvirt.
 func forgetVia(part string) watchdog.Forget {
 	return func(uri, domain string) error {
-		out, err := exec.Command(part, "--internal-forget-domain", uri, domain).CombinedOutput()
+		out, err := exec.Command(part, launchplan.ForgetDomainFlag, uri, domain).CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("%s: %w: %s", libvirtPart, err, out)
 		}

@@ -80,8 +80,12 @@ type liteStack struct {
 	logPath    string
 	pids       []int
 	started    time.Time
-	// tmpBefore is what /tmp held before the stack started.
+	// netns is the file of the stack's network namespace (NETNS=).
+	netns string
+	// tmpBefore is what /tmp held before the stack started, and
+	// netBefore the host namespace's network configuration.
 	tmpBefore map[string]bool
+	netBefore string
 }
 
 // tmpEntries lists the names in the system's temporary folder.
@@ -102,27 +106,40 @@ func tmpEntries() map[string]bool {
 // `make clusterlite KUBEVIRT_VERSION=vX.Y.Z` builds another release into
 // _build/clusterlite/kubevirt-vX.Y.Z/bin.
 func startLite(repo string) *liteStack {
-	liteBin := filepath.Join(built.BinDir(), "clusterlite")
-	binDir := envOr("CLUSTERLITE_BIN_DIR", built.Path("clusterlite", "bin"))
-	for _, p := range []string{liteBin, filepath.Join(binDir, "kube-apiserver"), filepath.Join(binDir, "virt-controller")} {
+	binDir := liteBinDir()
+	for _, p := range []string{filepath.Join(built.BinDir(), "clusterlite"), filepath.Join(binDir, "kube-apiserver"), filepath.Join(binDir, "virt-controller")} {
 		_, err := os.Stat(p)
 		Expect(err).NotTo(HaveOccurred(), "cluster-lite is not built in %s (CLUSTERLITE_BIN_DIR): run `make clusterlite` "+
 			"(KUBEVIRT_VERSION=vX.Y.Z for another release), or set KUBECONFIG to use another cluster", binDir)
 	}
 	By("cluster-lite's upstream binaries from " + binDir)
+	before := tmpEntries()
+	s := runLite(binDir, "clusterlite.log", liteArgs()...)
+	s.tmpBefore = before
+	return s
+}
+
+// runLite starts "clusterlite up" with the lane's binaries, a new state
+// folder and args, its log in the artifacts as logName, and waits until it
+// prints NETNS= and KUBECONFIG=.
+func runLite(binDir, logName string, args ...string) *liteStack {
 	state, err := os.MkdirTemp("", "clusterlite-lane-")
 	Expect(err).NotTo(HaveOccurred())
-	s := &liteStack{stateDir: state, logPath: filepath.Join(artifacts, "clusterlite.log"), started: time.Now(), tmpBefore: tmpEntries()}
+	s := &liteStack{stateDir: state, logPath: filepath.Join(artifacts, logName), started: time.Now(), netBefore: hostNetwork()}
 	ready := make(chan string, 1)
+	netns := make(chan string, 1)
 	out := spawn.NewLineWriter(func(b []byte) {
 		line := string(b)
 		fmt.Fprintln(GinkgoWriter, "clusterlite: "+line)
 		if k, ok := strings.CutPrefix(line, "KUBECONFIG="); ok {
 			ready <- k
 		}
+		if n, ok := strings.CutPrefix(line, "NETNS="); ok {
+			netns <- n
+		}
 	})
-	s.proc, err = spawn.Start(spawn.Spec{Path: liteBin, Args: append([]string{"up", "--state-dir", state, "--bin-dir", binDir,
-		"--launcher", bins.Launcher, "--image-dir", bins.ImageDir}, liteArgs()...), Stdout: out, StderrFile: s.logPath, Truncate: true})
+	s.proc, err = spawn.Start(spawn.Spec{Path: filepath.Join(built.BinDir(), "clusterlite"), Args: append([]string{"up", "--state-dir", state, "--bin-dir", binDir,
+		"--launcher", bins.Launcher, "--image-dir", bins.ImageDir}, args...), Stdout: out, StderrFile: s.logPath, Truncate: true})
 	Expect(err).NotTo(HaveOccurred())
 	select {
 	case s.kubeconfig = <-ready:
@@ -132,7 +149,8 @@ func startLite(repo string) *liteStack {
 		s.stop()
 		Fail("cluster-lite was not ready within 5 minutes; its log: " + s.logPath + "\n" + tail(s.logPath, 3000))
 	}
-	fmt.Fprintf(GinkgoWriter, "cluster-lite ready in %s\n", time.Since(s.started).Round(100*time.Millisecond))
+	s.netns = <-netns // printed before KUBECONFIG=
+	fmt.Fprintf(GinkgoWriter, "cluster-lite ready in %s, network namespace %s\n", time.Since(s.started).Round(100*time.Millisecond), s.netns)
 	cfg, err := clientcmd.LoadFromFile(s.kubeconfig)
 	Expect(err).NotTo(HaveOccurred())
 	for _, c := range cfg.Clusters {
@@ -143,7 +161,8 @@ func startLite(repo string) *liteStack {
 }
 
 // stop ends "clusterlite up" with SIGTERM and checks that it leaves
-// nothing behind: no process it started, no listening port, no folder.
+// nothing behind: no process it started, no listening port, no folder, no
+// network namespace, and the host's network as it was before.
 func (s *liteStack) stop() {
 	begin := time.Now()
 	st, err := s.proc.Stop(context.Background(), 3*time.Minute)
@@ -161,6 +180,7 @@ func (s *liteStack) stop() {
 	}
 	_, err = os.Stat(s.stateDir)
 	Expect(os.IsNotExist(err)).To(BeTrue(), "state folder %s left behind", s.stateDir)
+	s.checkNetworkGone()
 	checkNoContainers()
 	var left []string
 	for name := range tmpEntries() {
@@ -207,6 +227,9 @@ func tail(path string, n int) string {
 	}
 	return string(b)
 }
+
+// liteBinDir is where cluster-lite's upstream binaries are.
+func liteBinDir() string { return envOr("CLUSTERLITE_BIN_DIR", built.Path("clusterlite", "bin")) }
 
 func namespace() string { return envOr("CLUSTER_LANE_NAMESPACE", "default") }
 

@@ -24,6 +24,7 @@ import (
 
 	"github.com/crashloop-harness/crashloop/functests/cluster"
 	"github.com/crashloop-harness/crashloop/functests/ctlharness"
+	"github.com/crashloop-harness/crashloop/functests/testguest"
 	"github.com/crashloop-harness/crashloop/pkg/controller"
 )
 
@@ -35,7 +36,7 @@ const failFast = v1.FuncTestLauncherFailFastAnnotation
 // cluster it uses a container disk (CLUSTER_LANE_IMAGE, cirros by default).
 func crashingVM(name string, strategy v1.VirtualMachineRunStrategy, testGuest bool) *v1.VirtualMachine {
 	if testGuest {
-		vm := ctlharness.TestGuestVM(name, strategy, map[string]string{failFast: ""}, "")
+		vm := testguest.VM(name, strategy, map[string]string{failFast: ""}, "")
 		vm.Namespace = namespace()
 		return vm
 	}
@@ -180,7 +181,9 @@ func createOnCluster(ctx context.Context, vm *v1.VirtualMachine) {
 
 func writeVM(dir string, vm *v1.VirtualMachine) string {
 	p := filepath.Join(dir, vm.Name+".yaml")
-	Expect(os.WriteFile(p+".tmp", []byte(ctlharness.Manifest(vm)), 0o644)).To(Succeed())
+	m, err := testguest.Manifest(vm)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(os.WriteFile(p+".tmp", []byte(m), 0o644)).To(Succeed())
 	Expect(os.Rename(p+".tmp", p)).To(Succeed())
 	return p
 }

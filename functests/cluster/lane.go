@@ -15,6 +15,7 @@ import (
 
 	v1 "kubevirt.io/api/core/v1"
 
+	"github.com/crashloop-harness/crashloop/functests/envelope"
 	"github.com/crashloop-harness/crashloop/pkg/backoff"
 	"github.com/crashloop-harness/crashloop/pkg/controller"
 )
@@ -79,19 +80,14 @@ func Gaps(attempts []Attempt, scale float64) []Gap {
 }
 
 // CheckEnvelope returns an error naming every gap outside [Low-slack,
-// High+slack]. The slack covers second-resolution Kubernetes timestamps
-// and controller reaction time.
+// High+slack] (envelope.Check). The slack covers second-resolution
+// Kubernetes timestamps and controller reaction time.
 func CheckEnvelope(gaps []Gap, slack time.Duration) error {
-	var bad []string
+	waits := make([]envelope.Wait, 0, len(gaps))
 	for _, g := range gaps {
-		if g.Observed < g.Low-slack || g.Observed > g.High+slack {
-			bad = append(bad, fmt.Sprintf("failure %d: waited %v, envelope %v..%v", g.Count, g.Observed, g.Low, g.High))
-		}
+		waits = append(waits, envelope.Wait{Count: g.Count, Low: g.Low, High: g.High, Observed: g.Observed, Started: true})
 	}
-	if len(bad) > 0 {
-		return fmt.Errorf("retries outside KubeVirt's envelope: %s", strings.Join(bad, "; "))
-	}
-	return nil
+	return envelope.Check(waits, envelope.Slack{Early: slack, Late: slack})
 }
 
 // AttemptFrom reads an Attempt off a VMI's status.

@@ -13,7 +13,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/crashloop-harness/crashloop/functests/cluster"
-	"github.com/crashloop-harness/crashloop/functests/ctlharness"
+	"github.com/crashloop-harness/crashloop/functests/testguest"
 	"github.com/crashloop-harness/crashloop/pkg/backoff"
 	"github.com/crashloop-harness/crashloop/pkg/controller"
 	"github.com/crashloop-harness/crashloop/pkg/faults"
@@ -211,7 +211,7 @@ func bandText(sf *v1.VirtualMachineStartFailure, exact *time.Time, finalAt func(
 // poweroffVM is the test guest that powers itself off 2 s after it is
 // ready (Succeeded after Running).
 func poweroffVM(name string, _ bool) *v1.VirtualMachine {
-	vm := ctlharness.TestGuestVM(name, v1.RunStrategyRerunOnFailure, nil, ctlharness.DefaultKernelArgs+" harness.poweroff=2")
+	vm := testguest.VM(name, v1.RunStrategyRerunOnFailure, nil, testguest.KernelArgs+" harness.poweroff=2")
 	vm.Namespace = namespace()
 	return vm
 }

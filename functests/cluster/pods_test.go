@@ -20,11 +20,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/crashloop-harness/crashloop/functests/built"
 	"github.com/crashloop-harness/crashloop/functests/cluster"
-	"github.com/crashloop-harness/crashloop/functests/ctlharness"
+	"github.com/crashloop-harness/crashloop/functests/testguest"
 	"github.com/crashloop-harness/crashloop/pkg/memcg"
 	"github.com/crashloop-harness/crashloop/pkg/nodeagent"
 	"github.com/crashloop-harness/crashloop/pkg/qemu"
@@ -166,7 +167,7 @@ func computeOf(pod *k8sv1.Pod) (spec k8sv1.Container, status *k8sv1.ContainerSta
 // the way a user writes it (resources.limits.memory; KubeVirt adds its
 // overhead to the pod's limit).
 func podsVM(name string, guest, limit string, kernelArgs string) *v1.VirtualMachine {
-	vm := ctlharness.TestGuestVM(name, v1.RunStrategyAlways, nil, kernelArgs)
+	vm := testguest.VM(name, v1.RunStrategyAlways, nil, kernelArgs)
 	vm.Namespace = namespace()
 	spec := &vm.Spec.Template.Spec
 	g := resource.MustParse(guest)
@@ -255,7 +256,11 @@ var _ = Describe("launcher pods as containers", Label("containers"), func() {
 		// about 230 MB; memtest=1 (the Debian kernel's early memory test)
 		// writes all 512Mi of guest RAM, which QEMU then holds.
 		name := fmt.Sprintf("pods-oom-%d", time.Now().Unix()%100000)
-		createOnCluster(ctx, podsVM(name, "512Mi", "64Mi", ctlharness.DefaultKernelArgs+" memtest=1"))
+		// Every phase of every VMI of the VM, from a watch opened before
+		// the VM exists: a VMI that is Failed only for a moment before the
+		// VM replaces it is still seen.
+		phases := watchVMIPhases(ctx, name)
+		createOnCluster(ctx, podsVM(name, "512Mi", "64Mi", testguest.KernelArgs+" memtest=1"))
 
 		By("following the first VMI's launcher container and its memory cgroup's oom_kill counter")
 		var first *v1.VirtualMachineInstance
@@ -283,15 +288,14 @@ var _ = Describe("launcher pods as containers", Label("containers"), func() {
 		terminated := followComputeTermination(ctx, pod)
 		fmt.Fprintf(GinkgoWriter, "pod %s: compute limit %s (%d bytes) for a 512Mi guest with limits.memory 64Mi\n", pod.Name, spec.Resources.Limits.Memory(), limit)
 
-		By("the VMI reaches Running, then fails")
-		var vmi *v1.VirtualMachineInstance
-		Eventually(func() v1.VirtualMachineInstancePhase {
-			var err error
-			if vmi, err = client.VirtualMachineInstance(namespace()).Get(ctx, name, metav1.GetOptions{}); err != nil || vmi.UID != first.UID {
-				return ""
-			}
-			return vmi.Status.Phase
-		}).WithTimeout(3*time.Minute).WithPolling(100*time.Millisecond).Should(Equal(v1.Failed), "VMI %s", name)
+		By("the VMI reaches Running, then fails (seen on the watch)")
+		running := phases.reached(first.UID, v1.Running)
+		Eventually(running).WithTimeout(3*time.Minute).Should(BeClosed(), "VMI %s Running; phases seen: %s", name, phases)
+		runningAt := time.Now()
+		failed := phases.reached(first.UID, v1.Failed)
+		Eventually(failed).WithTimeout(3*time.Minute).Should(BeClosed(), "VMI %s Failed; phases seen: %s", name, phases)
+		vmi := phases.last(first.UID)
+		fmt.Fprintf(GinkgoWriter, "VMI %s: Running to Failed in %v; phases seen: %s\n", first.UID, time.Since(runningAt).Round(time.Millisecond), phases)
 		attempt := cluster.AttemptFrom(vmi)
 		Expect(attempt.Running).To(BeTrue(), "the VMI was Running before the OOM kill: %+v", vmi.Status.PhaseTransitionTimestamps)
 
@@ -314,10 +318,127 @@ var _ = Describe("launcher pods as containers", Label("containers"), func() {
 		vm, err := client.VirtualMachine(namespace()).Get(ctx, name, metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(vm.Status.StartFailure).To(BeNil(), "KubeVirt counts only failures before Running")
-		AddReportEntry("cluster-oom", fmt.Sprintf("pod limit %d bytes; compute %s exit %d; cgroup oom_kill %d; VMI Running then Failed; startFailure %v; VM %s",
-			limit, t.Reason, t.ExitCode, kills(), vm.Status.StartFailure, vm.Status.PrintableStatus))
+		AddReportEntry("cluster-oom", fmt.Sprintf("pod limit %d bytes; compute %s exit %d; cgroup oom_kill %d; VMI Running then Failed (%s); startFailure %v; VM %s",
+			limit, t.Reason, t.ExitCode, kills(), phases, vm.Status.StartFailure, vm.Status.PrintableStatus))
 	})
 })
+
+// vmiPhases is every phase a VM's VMIs passed through, as a watch saw
+// them, by VMI UID, with when each was first seen and when the VMI was
+// deleted.
+type vmiPhases struct {
+	mu      sync.Mutex
+	order   []types.UID
+	seen    map[types.UID][]phaseSeen
+	objects map[types.UID]*v1.VirtualMachineInstance
+	deleted map[types.UID]time.Time
+	waits   map[phaseKey]chan struct{}
+}
+
+type phaseSeen struct {
+	phase v1.VirtualMachineInstancePhase
+	at    time.Time
+}
+
+type phaseKey struct {
+	uid   types.UID
+	phase v1.VirtualMachineInstancePhase
+}
+
+// watchVMIPhases watches the VMIs named name until ctx ends, re-opening a
+// watch the server closes from the last resource version seen.
+func watchVMIPhases(ctx context.Context, name string) *vmiPhases {
+	p := &vmiPhases{seen: map[types.UID][]phaseSeen{}, objects: map[types.UID]*v1.VirtualMachineInstance{},
+		deleted: map[types.UID]time.Time{}, waits: map[phaseKey]chan struct{}{}}
+	opts := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()}
+	w, err := client.VirtualMachineInstance(namespace()).Watch(ctx, opts)
+	Expect(err).NotTo(HaveOccurred(), "watching VMI %s", name)
+	go func() {
+		for {
+			for ev := range w.ResultChan() {
+				if vmi, ok := ev.Object.(*v1.VirtualMachineInstance); ok {
+					p.record(ev.Type, vmi)
+					opts.ResourceVersion = vmi.ResourceVersion
+				}
+			}
+			w.Stop()
+			if ctx.Err() != nil {
+				return
+			}
+			if w, err = client.VirtualMachineInstance(namespace()).Watch(ctx, opts); err != nil {
+				fmt.Fprintf(GinkgoWriter, "re-opening the watch of VMI %s: %v\n", name, err)
+				return
+			}
+		}
+	}()
+	return p
+}
+
+func (p *vmiPhases) record(t watch.EventType, vmi *v1.VirtualMachineInstance) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	uid := vmi.UID
+	if _, ok := p.seen[uid]; !ok {
+		p.order = append(p.order, uid)
+		p.seen[uid] = nil
+	}
+	p.objects[uid] = vmi
+	if t == watch.Deleted {
+		p.deleted[uid] = time.Now()
+	}
+	ph := p.seen[uid]
+	if vmi.Status.Phase != "" && (len(ph) == 0 || ph[len(ph)-1].phase != vmi.Status.Phase) {
+		p.seen[uid] = append(ph, phaseSeen{phase: vmi.Status.Phase, at: time.Now()})
+		if c, ok := p.waits[phaseKey{uid, vmi.Status.Phase}]; ok {
+			close(c)
+			delete(p.waits, phaseKey{uid, vmi.Status.Phase})
+		}
+	}
+}
+
+// reached returns a channel closed once the VMI uid has been seen in phase.
+func (p *vmiPhases) reached(uid types.UID, phase v1.VirtualMachineInstancePhase) <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := make(chan struct{})
+	for _, s := range p.seen[uid] {
+		if s.phase == phase {
+			close(c)
+			return c
+		}
+	}
+	p.waits[phaseKey{uid, phase}] = c
+	return c
+}
+
+// last is the latest object the watch gave for uid.
+func (p *vmiPhases) last(uid types.UID) *v1.VirtualMachineInstance {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.objects[uid]
+}
+
+// String lists each VMI's phases with the time since its first, and how
+// long after its last phase it was deleted.
+func (p *vmiPhases) String() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var b strings.Builder
+	for i, uid := range p.order {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "VMI %d:", i+1)
+		ph := p.seen[uid]
+		for _, s := range ph {
+			fmt.Fprintf(&b, " %s@%v", s.phase, s.at.Sub(ph[0].at).Round(time.Millisecond))
+		}
+		if d, ok := p.deleted[uid]; ok && len(ph) > 0 {
+			fmt.Fprintf(&b, " deleted %v after %s", d.Sub(ph[len(ph)-1].at).Round(time.Millisecond), ph[len(ph)-1].phase)
+		}
+	}
+	return b.String()
+}
 
 // followOOMKills follows the container's OOM-kill counter every 10 ms
 // until it is gone (with its container) or ctx ends, and returns a

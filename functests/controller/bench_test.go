@@ -17,9 +17,9 @@ import (
 	"time"
 
 	v1 "kubevirt.io/api/core/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/crashloop-harness/crashloop/functests/ctlharness"
+	"github.com/crashloop-harness/crashloop/functests/testguest"
 	"github.com/crashloop-harness/crashloop/pkg/controller"
 	"github.com/crashloop-harness/crashloop/pkg/procfs"
 )
@@ -341,15 +341,11 @@ func waitStats(state string, done chan error, timeout time.Duration, ok func(*co
 	}
 }
 
-// benchManifest renders the test-guest VM (ctlharness.TestGuestVM) as
+// benchManifest renders the test-guest VM (testguest.VM) as
 // YAML. It returns the error rather than asserting with gomega, which has
 // no fail handler outside a ginkgo suite: a benchmark is a plain testing.B.
 func benchManifest(name string, strategy v1.VirtualMachineRunStrategy) (string, error) {
-	data, err := yaml.Marshal(ctlharness.TestGuestVM(name, strategy, nil, ""))
-	if err != nil {
-		return "", fmt.Errorf("rendering VM %s: %w", name, err)
-	}
-	return string(data), nil
+	return testguest.Manifest(testguest.VM(name, strategy, nil, ""))
 }
 
 func pct(ds []time.Duration) percentiles {

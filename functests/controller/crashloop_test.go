@@ -10,6 +10,7 @@ import (
 	. "github.com/onsi/gomega"
 	v1 "kubevirt.io/api/core/v1"
 
+	"github.com/crashloop-harness/crashloop/functests/testguest"
 	"github.com/crashloop-harness/crashloop/pkg/controller"
 )
 
@@ -172,7 +173,7 @@ var _ = Describe("virt-controller crash loop", Label("controller"), func() {
 
 	It("does not restart a VMI that Succeeded under RerunOnFailure", func() {
 		requireImages()
-		m := w.write("job.yaml", vmSpec{name: "job", strategy: "RerunOnFailure", kernelArgs: "console=ttyS0 quiet panic=-1 harness.poweroff=2"}.manifest())
+		m := w.write("job.yaml", vmSpec{name: "job", strategy: "RerunOnFailure", kernelArgs: testguest.KernelArgs + " harness.poweroff=2"}.manifest())
 		p := w.startController([]string{"--time-scale", scale, "--qemu-timeout", bootTimeout}, m)
 		Eventually(func() []string {
 			var phases []string

@@ -13,6 +13,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/crashloop-harness/crashloop/functests/ctlharness"
+	"github.com/crashloop-harness/crashloop/functests/testguest"
 	"github.com/crashloop-harness/crashloop/pkg/controller"
 )
 
@@ -20,11 +21,11 @@ import (
 type vmSpec struct {
 	name, strategy string
 	failFast       bool
-	kernelArgs     string // default "console=ttyS0 quiet panic=-1"
+	kernelArgs     string // default testguest.KernelArgs
 	annotations    map[string]string
 }
 
-// manifest renders the VM: the test guest (ctlharness.TestGuestVM).
+// manifest renders the VM: the test guest (testguest.VM).
 func (s vmSpec) manifest() string {
 	ann := map[string]string{}
 	for k, v := range s.annotations {
@@ -33,7 +34,9 @@ func (s vmSpec) manifest() string {
 	if s.failFast {
 		ann[v1.FuncTestLauncherFailFastAnnotation] = "true"
 	}
-	return ctlharness.Manifest(ctlharness.TestGuestVM(s.name, v1.VirtualMachineRunStrategy(s.strategy), ann, s.kernelArgs))
+	m, err := testguest.Manifest(testguest.VM(s.name, v1.VirtualMachineRunStrategy(s.strategy), ann, s.kernelArgs))
+	Expect(err).NotTo(HaveOccurred())
+	return m
 }
 
 // workspace is one spec's folder: manifests and a state folder.

@@ -11,6 +11,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/crashloop-harness/crashloop/functests/crashloop"
+	"github.com/crashloop-harness/crashloop/functests/envelope"
 	"github.com/crashloop-harness/crashloop/pkg/controller"
 )
 
@@ -72,7 +73,7 @@ var _ = Describe("scenario 1: a fail-fast crash loop under runStrategy Always", 
 		}
 		Expect(crashloop.CheckEnvelope(retries, envelopeScale, slack)).To(Succeed())
 		for _, r := range retries {
-			lo, hi := crashloop.Envelope(r.Count, envelopeScale)
+			lo, hi := envelope.Bounds(r.Count, envelopeScale)
 			report("scenario 1 delay", "failure %d: planned %s observed %s envelope [%s, %s]", r.Count, r.Planned, r.Observed().Round(time.Millisecond), lo, hi)
 		}
 		w.saveTimeline("scenario1-failfast-always", "scenario 1: fail-fast crash loop, Always, recovery by removing the annotation", p)

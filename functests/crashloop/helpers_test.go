@@ -1,7 +1,6 @@
 package crashloop_test
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/crashloop-harness/crashloop/functests/ctlharness"
+	"github.com/crashloop-harness/crashloop/functests/testguest"
 	"github.com/crashloop-harness/crashloop/pkg/ctltimeline"
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/timeline"
@@ -30,7 +30,7 @@ type vm struct {
 	kernelArgs     string
 }
 
-// manifest renders the VM: the test guest (ctlharness.TestGuestVM) with
+// manifest renders the VM: the test guest (testguest.VM) with
 // its faults as annotations, under runStrategy Always unless told.
 func (s vm) manifest() string {
 	ann := map[string]string{}
@@ -44,7 +44,9 @@ func (s vm) manifest() string {
 	if strategy == "" {
 		strategy = v1.RunStrategyAlways
 	}
-	return ctlharness.Manifest(ctlharness.TestGuestVM(s.name, strategy, ann, s.kernelArgs))
+	m, err := testguest.Manifest(testguest.VM(s.name, strategy, ann, s.kernelArgs))
+	Expect(err).NotTo(HaveOccurred())
+	return m
 }
 
 // workspace is one spec's folder: manifests and a state folder, removed
@@ -109,19 +111,7 @@ func (w *workspace) launcherEvents(name string, attempt int) []launcherapi.Event
 	if dir == "" {
 		return nil
 	}
-	f, err := os.Open(launcherapi.Dir(dir).Events())
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var out []launcherapi.Event
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if e, err := launcherapi.ParseEvent(sc.Bytes()); err == nil {
-			out = append(out, e)
-		}
-	}
+	out, _ := launcherapi.ReadEvents(launcherapi.Dir(dir).Events())
 	return out
 }
 
@@ -141,11 +131,10 @@ func (w *workspace) firedFaults(name string, attempt int) string {
 	if !ok {
 		return ""
 	}
-	list, _ := sched.Details["faults"].([]any)
 	var names []string
-	for _, x := range list {
-		if m, ok := x.(map[string]any); ok {
-			names = append(names, fmt.Sprint(m["fault"]))
+	if sched.Scheduled != nil {
+		for _, d := range sched.Scheduled.Faults {
+			names = append(names, d.Fault)
 		}
 	}
 	sort.Strings(names)

@@ -20,7 +20,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/crashloop-harness/crashloop/pkg/backoff"
+	"github.com/crashloop-harness/crashloop/functests/envelope"
 	"github.com/crashloop-harness/crashloop/pkg/controller"
 )
 
@@ -75,35 +75,23 @@ func Retries(events []controller.Event) []Retry {
 	return out
 }
 
-// Envelope is KubeVirt's allowed delay for a failure count, scaled.
-func Envelope(count int, scale float64) (lo, hi time.Duration) {
-	l, h := backoff.KubeVirt{}.Bounds(count)
-	return time.Duration(float64(l) * scale), time.Duration(float64(h) * scale)
+// Waits are the retries as the shared envelope check takes them, with
+// KubeVirt's envelope scaled by scale.
+func Waits(retries []Retry, scale float64) []envelope.Wait {
+	out := make([]envelope.Wait, 0, len(retries))
+	for _, r := range retries {
+		lo, hi := envelope.Bounds(r.Count, scale)
+		out = append(out, envelope.Wait{VM: r.VM, Count: r.Count, Low: lo, High: hi, Planned: r.Planned, HasPlan: true,
+			Observed: r.Observed(), Started: !r.StartedAt.IsZero()})
+	}
+	return out
 }
 
-// CheckEnvelope returns an error naming every retry whose observed delay
-// falls outside KubeVirt's envelope for its count (scaled), allowing slack
-// above the top for the time it takes to start a process, and every retry
-// whose announced plan is outside the envelope. Retries not yet started
-// are checked on their plan only.
+// CheckEnvelope checks every retry's plan against KubeVirt's envelope for
+// its count (scaled), and its observed delay too, allowing slack above the
+// top for the time it takes to start a process (envelope.Check).
 func CheckEnvelope(retries []Retry, scale float64, slack time.Duration) error {
-	var bad []string
-	for _, r := range retries {
-		lo, hi := Envelope(r.Count, scale)
-		if r.Planned < lo || r.Planned > hi {
-			bad = append(bad, fmt.Sprintf("%s failure %d: planned %s outside [%s, %s]", r.VM, r.Count, r.Planned, lo, hi))
-		}
-		if r.StartedAt.IsZero() {
-			continue
-		}
-		if o := r.Observed(); o < lo || o > hi+slack {
-			bad = append(bad, fmt.Sprintf("%s failure %d: observed %s outside [%s, %s+%s]", r.VM, r.Count, o.Round(time.Millisecond), lo, hi, slack))
-		}
-	}
-	if len(bad) > 0 {
-		return errors.New("delays outside KubeVirt's envelope: " + strings.Join(bad, "; "))
-	}
-	return nil
+	return envelope.Check(Waits(retries, scale), envelope.Slack{Late: slack})
 }
 
 // Spread describes how a set of times is spread, in seconds.

@@ -53,7 +53,7 @@ func TestEnvelopeAcceptsKubeVirtAndRejectsOtherCurves(t *testing.T) {
 	// A controller that sleeps longer than it planned is caught too.
 	evs := loop(backoff.KubeVirt{}, fixedRand(0), 3, 0.02)
 	evs[len(evs)-1].Time = evs[len(evs)-1].Time.Add(time.Second)
-	if err := CheckEnvelope(Retries(evs), 0.02, 50*time.Millisecond); err == nil || !strings.Contains(err.Error(), "observed") {
+	if err := CheckEnvelope(Retries(evs), 0.02, 50*time.Millisecond); err == nil || !strings.Contains(err.Error(), "waited") {
 		t.Fatalf("late retry not caught: %v", err)
 	}
 }

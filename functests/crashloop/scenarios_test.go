@@ -1,7 +1,6 @@
 package crashloop_test
 
 import (
-	"fmt"
 	"strings"
 	"time"
 
@@ -64,7 +63,8 @@ var _ = Describe("scenario 3: QEMU start timeout", Label("qemu-timeout"), Serial
 			Expect(ok).To(BeTrue(), "attempt %d has a Scheduled event", a)
 			failed, ok := findEvent(evs, launcherapi.EventFailed)
 			Expect(ok).To(BeTrue(), "attempt %d has a Failed event", a)
-			drawn, err := time.ParseDuration(fmt.Sprint(sched.Details["qemuTimeout"]))
+			Expect(sched.Scheduled).NotTo(BeNil())
+			drawn, err := sched.Scheduled.StartTimeout()
 			Expect(err).NotTo(HaveOccurred())
 			passed, err := time.ParseDuration(started[a-1].QEMUTimeout)
 			Expect(err).NotTo(HaveOccurred())

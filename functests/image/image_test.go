@@ -30,12 +30,12 @@ var _ = Describe("the launcher image", func() {
 		Expect(c.Events()[0].Event).To(Equal(launcherapi.EventScheduled), "the first line")
 		Expect(sched.VMI).To(Equal(c.Name))
 		if !nodeKVM() {
-			Expect(sched.Details["accel"]).To(Equal("tcg"))
+			Expect(sched.Scheduled.Accel).To(Equal("tcg"))
 		}
 		Expect(c.Inspect("{{.HostConfig.Privileged}}")).To(Equal("false"))
 
-		// The first launch of a suite probes QEMU's capabilities (about
-		// 40 s while the launcher does not reap during the probe).
+		// The first launch of a suite probes QEMU's capabilities, which
+		// takes far longer than a warm start.
 		running := c.WaitFor(launcherapi.EventRunning, 180*time.Second)
 		Expect(running.Phase).To(Equal(launcherapi.PhaseRunning))
 		ready := c.WaitFor(launcherapi.EventGuestReady, 120*time.Second)
@@ -91,7 +91,7 @@ var _ = Describe("the launcher image", func() {
 		phase, reason, code := final(end)
 		Expect(phase).To(Equal(launcherapi.PhaseFailed))
 		// Killed after Running is a crash, before it a QEMU failure.
-		_, ran := c.find(launcherapi.EventRunning)
+		_, ran := c.Find(launcherapi.EventRunning)
 		if ran {
 			Expect([]any{reason, code}).To(Equal([]any{launcherapi.ReasonVMCrashed, 13}))
 		} else {

@@ -14,6 +14,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/crashloop-harness/crashloop/functests/built"
+	"github.com/crashloop-harness/crashloop/functests/testguest"
 	"github.com/crashloop-harness/crashloop/pkg/faults"
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 )
@@ -65,8 +66,8 @@ var _ = Describe("the fault catalog", func() {
 			_, failed := r.Find(launcherapi.EventFailed)
 			_, succeeded := r.Find(launcherapi.EventSucceeded)
 			Expect(failed || succeeded).To(BeFalse(), "a crashed launcher writes no final event")
-			Expect(fired(r, "launcher-crash").Details["at"]).To(Equal(at))
-			Expect(r.stderr.String()).To(ContainSubstring("Simulated virt-launcher crash"))
+			Expect(fired(r, "launcher-crash").Fired.At).To(Equal(at))
+			Expect(r.Log()).To(ContainSubstring("Simulated virt-launcher crash"))
 			Eventually(r.RuntimeEntries).WithTimeout(5*time.Second).Should(BeEmpty(), "the reaper removes the libvirt state")
 		},
 		Entry("before libvirt", "before-libvirt", ""),
@@ -133,8 +134,8 @@ var _ = Describe("the fault catalog", func() {
 		end := expectFinal(r, "Failed", "QemuFailed", 12)
 		Expect(end.Message).To(ContainSubstring(faults.BadKernelPath))
 		sched, _ := r.Find(launcherapi.EventScheduled)
-		// A QEMU that exits at once must be seen at once (a zombie left
-		// unreaped once made libvirt wait 80 s here).
+		// A QEMU that exits at once must be seen at once (libvirt waits a
+		// long time on a zombie left unreaped).
 		Expect(end.Time.Sub(sched.Time)).To(BeNumerically("<", 10*time.Second))
 	})
 
@@ -142,21 +143,21 @@ var _ = Describe("the fault catalog", func() {
 		r := Start(VMISpec{}, "--fault", "guest-panic=after=1s")
 		r.WaitFor(launcherapi.EventGuestReady, 90*time.Second)
 		expectFinal(r, "Failed", "GuestPanicked", 13)
-		r.ConsoleHas("HARNESS-PANIC-NOW", time.Second)
-		r.ConsoleHas("Kernel panic", time.Second)
+		r.ConsoleShows("HARNESS-PANIC-NOW", time.Second)
+		r.ConsoleShows("Kernel panic", time.Second)
 	})
 
 	It("guest-poweroff: the guest powers itself off", func() {
 		r := Start(VMISpec{}, "--fault", "guest-poweroff=after=1s")
 		r.WaitFor(launcherapi.EventGuestReady, 90*time.Second)
 		expectFinal(r, "Succeeded", "GuestShutdown", 0)
-		r.ConsoleHas("HARNESS-POWEROFF-NOW", time.Second)
+		r.ConsoleShows("HARNESS-POWEROFF-NOW", time.Second)
 	})
 
 	It("guest-noready: Running, but the guest never reports ready", func() {
 		r := Start(VMISpec{}, "--fault", "guest-noready")
 		r.WaitFor(launcherapi.EventRunning, 60*time.Second)
-		r.ConsoleHas("HARNESS-GUEST-NOREADY", 90*time.Second)
+		r.ConsoleShows("HARNESS-GUEST-NOREADY", 90*time.Second)
 		r.Signal(syscall.SIGTERM)
 		expectFinal(r, "Succeeded", "Stopped", 0)
 		_, ready := r.Find(launcherapi.EventGuestReady)
@@ -164,20 +165,20 @@ var _ = Describe("the fault catalog", func() {
 	})
 
 	It("disk-io-error: the guest sees EIO on its disk", func() {
-		r := Start(VMISpec{}, "--fault", "disk-io-error=disk=data", "--fault", "guest-poweroff=after=1s")
+		r := Start(VMISpec{}, "--fault", "disk-io-error=disk="+testguest.Disk, "--fault", "guest-poweroff=after=1s")
 		r.WaitFor(launcherapi.EventGuestReady, 90*time.Second)
 		expectFinal(r, "Succeeded", "GuestShutdown", 0)
-		r.ConsoleHas("HARNESS-DISK-READ-ERROR", time.Second)
-		r.ConsoleHas("I/O error", time.Second)
-		Expect(fired(r, "disk-io-error").Details["device"]).To(Equal("vda"))
+		r.ConsoleShows("HARNESS-DISK-READ-ERROR", time.Second)
+		r.ConsoleShows("I/O error", time.Second)
+		Expect(fired(r, "disk-io-error").Fired.Device).To(Equal("vda"))
 	})
 
 	It("a disk without the fault reads fine (the control for disk-io-error)", func() {
 		r := Start(VMISpec{KernelArgs: "harness.readdisk harness.poweroff=0"})
 		expectFinal(r, "Succeeded", "GuestShutdown", 0)
-		r.ConsoleHas("HARNESS-DISK-READ-OK", time.Second)
+		r.ConsoleShows("HARNESS-DISK-READ-OK", time.Second)
 		sched, _ := r.Find(launcherapi.EventScheduled)
-		Expect(sched.Details["faults"]).To(BeEmpty(), "a VMI that asked for no fault gets none")
+		Expect(scheduled(sched).Faults).To(BeEmpty(), "a VMI that asked for no fault gets none")
 	})
 
 	It("a count-limited annotation fires on the first N attempts only", func() {
@@ -202,7 +203,7 @@ var _ = Describe("--simulate-crash", func() {
 
 	crash := func(args ...string) (int, string, time.Duration) {
 		runtime := filepath.Join(dir, "run")
-		cmd := exec.Command(built.Launcher(), append([]string{"--runtime-dir", runtime, "--image-dir", built.ImageDir()}, args...)...)
+		cmd := exec.Command(built.Launcher(), launcherapi.Args{RuntimeDir: runtime, ImageDir: built.ImageDir(), Extra: args}.Build()...)
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
 		start := time.Now()

@@ -4,14 +4,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/crashloop-harness/crashloop/functests/built"
+	"github.com/crashloop-harness/crashloop/functests/testguest"
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/qemu"
 )
@@ -24,7 +27,7 @@ var _ = Describe("a VM's lifecycle", func() {
 		Expect(sched.Phase).To(Equal(launcherapi.PhaseScheduled))
 		Expect(sched.VMI).To(Equal(r.Name))
 		Expect(sched.Time.IsZero()).To(BeFalse())
-		drawn := detailSeconds(sched, "qemuTimeoutSeconds")
+		drawn := scheduled(sched).QemuTimeoutSeconds
 		Expect(drawn).To(BeNumerically(">=", 240))
 		Expect(drawn).To(BeNumerically("<", 360))
 
@@ -38,7 +41,7 @@ var _ = Describe("a VM's lifecycle", func() {
 		phase, reason, code := final(end)
 		Expect([]any{phase, reason, code}).To(Equal([]any{"Succeeded", "GuestShutdown", 0}))
 		Expect(r.Exit(20 * time.Second)).To(Equal(0))
-		r.ConsoleHas("HARNESS-POWEROFF-NOW", time.Second)
+		r.ConsoleShows("HARNESS-POWEROFF-NOW", time.Second)
 		Expect(r.RuntimeEntries()).To(BeEmpty(), "per-VMI libvirt state must be removed")
 	})
 
@@ -46,7 +49,7 @@ var _ = Describe("a VM's lifecycle", func() {
 		const base, jitter = 3 * time.Second, 2 * time.Second
 		r := Start(VMISpec{}, "--qemu-timeout", base.String(), "--qemu-timeout-jitter", jitter.String(), "--fault", "qemu-hang")
 		sched := r.Next(10 * time.Second)
-		drawn := time.Duration(detailSeconds(sched, "qemuTimeoutSeconds") * float64(time.Second))
+		drawn := time.Duration(scheduled(sched).QemuTimeoutSeconds * float64(time.Second))
 		Expect(drawn).To(BeNumerically(">=", base))
 		Expect(drawn).To(BeNumerically("<", base+jitter))
 		end := r.WaitFor(launcherapi.EventFailed, 30*time.Second)
@@ -62,10 +65,10 @@ var _ = Describe("a VM's lifecycle", func() {
 	})
 
 	It("draws the same timeout for the same seed", func() {
-		var drawn []any
+		var drawn []string
 		for i := 0; i < 2; i++ {
 			r := Start(VMISpec{}, "--seed", "1234", "--simulate-crash=false", "--fault", "libvirt-error=at=define")
-			drawn = append(drawn, r.Next(10 * time.Second).Details["qemuTimeout"])
+			drawn = append(drawn, scheduled(r.Next(10*time.Second)).QemuTimeout)
 			Expect(r.Exit(20 * time.Second)).To(Equal(11))
 		}
 		Expect(drawn[0]).To(Equal(drawn[1]))
@@ -80,7 +83,7 @@ var _ = Describe("a VM's lifecycle", func() {
 		Expect([]any{phase, reason, code}).To(Equal([]any{"Succeeded", "Stopped", 0}))
 		Expect(end.Message).To(ContainSubstring("within the grace period"))
 		Expect(r.Exit(20 * time.Second)).To(Equal(0))
-		r.ConsoleHas("HARNESS-POWER-BUTTON", time.Second)
+		r.ConsoleShows("HARNESS-POWER-BUTTON", time.Second)
 		Expect(r.RuntimeEntries()).To(BeEmpty())
 	})
 
@@ -129,9 +132,8 @@ var _ = Describe("bad input", func() {
 	DescribeTable("gives one clear message, a distinct exit code, and starts nothing",
 		func(args func() []string, wantCode int, wantMsg ...string) {
 			runtime := filepath.Join(dir, "run")
-			full := append([]string{"--image-dir", built.ImageDir(), "--runtime-dir", runtime,
-				"--console-log", filepath.Join(dir, "console.log")}, args()...)
-			cmd := exec.Command(built.Launcher(), full...)
+			full := launcherapi.Args{ImageDir: built.ImageDir(), RuntimeDir: runtime, ConsoleLog: filepath.Join(dir, "console.log"), Extra: args()}
+			cmd := exec.Command(built.Launcher(), full.Build()...)
 			var stdout, stderr strings.Builder
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			err := cmd.Run()
@@ -155,15 +157,16 @@ var _ = Describe("bad input", func() {
 			"edited.yaml", "field kind", `want "VirtualMachineInstance" or "VirtualMachine"`),
 		Entry("a misspelled field", func() []string { return []string{edit("guest: 256Mi", "gest: 256Mi")} }, 5, "spec.domain.memory.gest", "unknown field"),
 		Entry("nothing to boot", func() []string {
-			b, _ := os.ReadFile(good())
-			s := string(b)
-			s = s[:strings.Index(s, "    firmware:")] + "    devices: {}\n"
+			vmi := testguest.VMI(testguest.Spec{Name: "noboot", Namespace: namespace})
+			vmi.Spec.Domain.Firmware, vmi.Spec.Domain.Devices, vmi.Spec.Volumes = nil, v1.Devices{}, nil
+			s, err := testguest.Manifest(vmi)
+			Expect(err).NotTo(HaveOccurred())
 			return []string{write("noboot.yaml", s)}
 		}, 5, "noboot.yaml", "spec.domain.firmware.kernelBoot", "nothing to boot"),
 		Entry("an unknown image", func() []string {
-			return []string{edit("image: localhost/crashloop/test-guest:latest", "image: quay.io/nope:1")}
+			return []string{edit("image: "+testguest.Image, "image: quay.io/nope:1")}
 		}, 5,
-			`unknown image "quay.io/nope:1"`, "localhost/crashloop/test-guest:latest"),
+			`unknown image "quay.io/nope:1"`, testguest.Image),
 		Entry("an unsupported field", func() []string {
 			return []string{edit("  volumes:", "  networks:\n    - name: default\n      multus: {networkName: x}\n  volumes:")}
 		}, 5, "spec.networks[0].multus.networkName", "not supported"),
@@ -179,4 +182,29 @@ var _ = Describe("bad input", func() {
 			return []string{edit("  uid:", "  annotations:\n    faults.crashloop.dev/qemu-kill: \"signal=SIGFOO\"\n  uid:")}
 		}, 5, `annotation "faults.crashloop.dev/qemu-kill"`, "SIGFOO", "SIGKILL"),
 	)
+})
+
+var _ = Describe("the manifest on stdin", func() {
+	It("is read once by the front and handed on: a dry run of - prints what a dry run of the file prints", func() {
+		dir, err := os.MkdirTemp("", "cl-stdin-")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(os.RemoveAll, dir)
+		path := writeVMI(dir, VMISpec{Name: "stdin", UID: "6d3c0000-0000-4000-8000-000000000001"})
+		dryRun := func(manifest string) string {
+			a := launcherapi.Args{ImageDir: built.ImageDir(), RuntimeDir: filepath.Join(dir, "run"), ConsoleLog: filepath.Join(dir, "console.log"),
+				DryRun: true, Accel: launcherapi.AccelTCG, LogLevel: "error", Manifest: manifest}
+			cmd := exec.Command(built.Launcher(), a.Build()...)
+			f, err := os.Open(path)
+			Expect(err).NotTo(HaveOccurred())
+			defer f.Close()
+			cmd.Stdin = f
+			out, err := cmd.Output()
+			Expect(err).NotTo(HaveOccurred())
+			// Each launch has a per-VMI folder of its own.
+			return regexp.MustCompile(`/vmi-[0-9]+`).ReplaceAllString(string(out), "/vmi-N")
+		}
+		fromFile := dryRun(path)
+		Expect(fromFile).To(ContainSubstring("<domain"))
+		Expect(dryRun("-")).To(Equal(fromFile))
+	})
 })

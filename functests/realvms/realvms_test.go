@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,7 +19,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/crashloop-harness/crashloop/functests/ctlharness"
+	"github.com/crashloop-harness/crashloop/functests/testguest"
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/qemu"
 )
@@ -123,7 +124,6 @@ func render(obj any) string {
 // it from a cluster: server-set metadata, KubeVirt's labels and
 // annotations, and a status. The guest powers off 3 s after it is ready.
 func testGuestDump(name string) string {
-	vm := ctlharness.TestGuestVM(name, "", nil, ctlharness.DefaultKernelArgs+" harness.poweroff=3")
 	vmi := &v1.VirtualMachineInstance{
 		TypeMeta: metav1.TypeMeta{APIVersion: v1.GroupVersion.String(), Kind: "VirtualMachineInstance"},
 		ObjectMeta: metav1.ObjectMeta{
@@ -139,7 +139,7 @@ func testGuestDump(name string) string {
 				APIVersion: "kubevirt.io/v1", FieldsType: "FieldsV1",
 				FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{".":{},"f:kubevirt.io/vm":{}}}}`)}}},
 		},
-		Spec: vm.Spec.Template.Spec,
+		Spec: testguest.VMISpec(testguest.KernelArgs+" harness.poweroff=3", 0),
 		Status: v1.VirtualMachineInstanceStatus{Phase: v1.Running, NodeName: "node01", QOSClass: ptr(k8sv1.PodQOSBurstable),
 			LauncherContainerImageVersion: "quay.io/kubevirt/virt-launcher:v1.6.0",
 			Conditions:                    []v1.VirtualMachineInstanceCondition{{Type: v1.VirtualMachineInstanceReady, Status: k8sv1.ConditionTrue}}},
@@ -152,17 +152,15 @@ func ptr[T any](v T) *T { return &v }
 // forwardedPort is the host address of the Running event's port named
 // name.
 func forwardedPort(running launcherapi.Event, name string) string {
-	ports, ok := running.Details["ports"].([]any)
-	Expect(ok).To(BeTrue(), "Running has no ports: %v", running.Details)
-	for _, p := range ports {
-		m, _ := p.(map[string]any)
-		if m["name"] == name {
-			Expect(m).To(HaveKeyWithValue("protocol", "TCP"))
-			Expect(m).To(HaveKeyWithValue("interface", "default"))
-			return net.JoinHostPort(fmt.Sprint(m["hostIP"]), fmt.Sprint(m["hostPort"]))
+	Expect(running.Running).NotTo(BeNil(), "Running carries no values")
+	for _, p := range running.Running.Ports {
+		if p.Name == name {
+			Expect(p.Protocol).To(Equal("TCP"))
+			Expect(p.Interface).To(Equal("default"))
+			return net.JoinHostPort(p.HostAddress, strconv.Itoa(p.HostPort))
 		}
 	}
-	Fail(fmt.Sprintf("no port %q in %v", name, ports))
+	Fail(fmt.Sprintf("no port %q in %+v", name, running.Running.Ports))
 	return ""
 }
 
@@ -234,7 +232,7 @@ var _ = Describe("the cloud guest", func() {
 		for _, want := range []int{1, 0} {
 			l := Start(efiVMI("rv-efi", configDrive), "realvms", "rv-efi", "--image-dir", ociImages(), "--cache-dir", cache, "--dry-run")
 			Expect(l.Exit(time.Minute)).To(Equal(0), l.Log())
-			took = append(took, time.Since(l.started))
+			took = append(took, time.Since(l.Started()))
 			Expect(l.LogLines(`msg="containerDisk extracted"`)).To(HaveLen(want))
 			GinkgoWriter.Printf("%s", strings.Join(l.LogLines(`msg="containerDisk extracted"`), "\n"))
 		}

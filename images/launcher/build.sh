@@ -30,7 +30,9 @@ label=dev.crashloop.inputs
 launcher=$bin_dir/virt-launcher
 convert_part=$bin_dir/virt-launcher-convert
 libvirt_part=$bin_dir/virt-launcher-libvirt
-for b in "$launcher" "$convert_part" "$libvirt_part"; do
+# KubeVirt mode's entry points (kubevirtmode/build.sh, run by make build)
+kubevirt_mode=(virt-launcher-monitor container-disk virt-tail)
+for b in "$launcher" "$convert_part" "$libvirt_part" "${kubevirt_mode[@]/#/$bin_dir/}"; do
 	[ -x "$b" ] || { echo "build.sh: $b is missing: run make build first" >&2; exit 1; }
 done
 mkdir -p "$build_dir"
@@ -73,7 +75,7 @@ if ! podman image exists "$base"; then
 	echo "made $base in ${SECONDS}s"
 fi
 
-inputs=$( { sha256sum <"$launcher"; sha256sum <"$convert_part"; sha256sum <"$libvirt_part"; sha256sum <"$here/Containerfile"; sha256sum <"$here/build.sh";
+inputs=$( { sha256sum <"$launcher"; sha256sum <"$convert_part"; sha256sum <"$libvirt_part"; for b in "${kubevirt_mode[@]}"; do sha256sum <"$bin_dir/$b"; done; sha256sum <"$here/Containerfile"; sha256sum <"$here/build.sh";
 	podman image inspect --format '{{.Id}}' "$base"; } | sha256sum | cut -c1-64)
 current=$(podman image inspect --format "{{index .Labels \"$label\"}}" "$image" 2>/dev/null || true)
 if [ "$current" = "$inputs" ]; then
@@ -88,6 +90,7 @@ cp "$here/Containerfile" "$ctx/"
 cp "$launcher" "$ctx/virt-launcher"
 cp "$convert_part" "$ctx/virt-launcher-convert"
 cp "$libvirt_part" "$ctx/virt-launcher-libvirt"
+for b in "${kubevirt_mode[@]}"; do cp "$bin_dir/$b" "$ctx/$b"; done
 echo "building $image ($label=${inputs:0:12})"
 start=$SECONDS
 buildah bud --quiet --isolation chroot --layers --label "$label=$inputs" \

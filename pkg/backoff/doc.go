@@ -45,7 +45,7 @@
 //
 // Retry times and [TimeLeft] are exact to the nanosecond, where upstream
 // stores whole seconds and subtracts whole Unix seconds
-// ([UpstreamTimeLeftSeconds]): --time-scale shrinks delays below a second,
+// (upstreamTimeLeftSeconds): --time-scale shrinks delays below a second,
 // which whole seconds would erase. The rules it changes are named
 // [DeviationExactTime] in [FidelityRules].
 //

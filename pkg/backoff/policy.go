@@ -268,7 +268,7 @@ func NextStart(vm *v1.VirtualMachine, h *History) (at time.Time, ok bool) {
 //
 // Deliberate deviation "exact-time": upstream's startFailureBackoffTimeLeft
 // subtracts whole Unix seconds (each side truncated, see
-// [UpstreamTimeLeftSeconds]), so it may start up to a second before the
+// upstreamTimeLeftSeconds), so it may start up to a second before the
 // exact retry time, and a retry time within the current second counts as
 // passed. This project keeps the retry time and the wait to the nanosecond,
 // because --time-scale shrinks a 10 s delay to 100 ms, where whole seconds
@@ -282,12 +282,12 @@ func TimeLeft(vm *v1.VirtualMachine, now time.Time) time.Duration {
 	return max(sf.RetryAfterTimestamp.Time.Sub(now), 0)
 }
 
-// UpstreamTimeLeftSeconds is upstream's startFailureBackoffTimeLeft as it
+// upstreamTimeLeftSeconds is upstream's startFailureBackoffTimeLeft as it
 // is: the retry time's Unix seconds minus now's Unix seconds, or zero when
 // that is not positive. It exists to show the "exact-time" deviation next
 // to [TimeLeft]; the controller does not use it. A record without a retry
 // time gives zero here (upstream would panic).
-func UpstreamTimeLeftSeconds(vm *v1.VirtualMachine, now time.Time) int64 {
+func upstreamTimeLeftSeconds(vm *v1.VirtualMachine, now time.Time) int64 {
 	sf := vm.Status.StartFailure
 	if sf == nil || sf.RetryAfterTimestamp == nil {
 		return 0

@@ -148,8 +148,8 @@ func TestTimeLeftRules(t *testing.T) {
 		if got := TimeLeft(vm, c.now); got != c.ours {
 			t.Errorf("%s %s: TimeLeft = %s, want %s", c.rule, c.name, got, c.ours)
 		}
-		if got := UpstreamTimeLeftSeconds(vm, c.now); got != c.upstream {
-			t.Errorf("%s %s: UpstreamTimeLeftSeconds = %d, want %d", c.rule, c.name, got, c.upstream)
+		if got := upstreamTimeLeftSeconds(vm, c.now); got != c.upstream {
+			t.Errorf("%s %s: upstreamTimeLeftSeconds = %d, want %d", c.rule, c.name, got, c.upstream)
 		}
 	}
 }

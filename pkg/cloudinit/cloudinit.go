@@ -202,9 +202,9 @@ func (d *Data) WriteISO(ctx context.Context, path string) error {
 	return nil
 }
 
-// VolumeLabel reads the volume identifier of an ISO 9660 image from its
+// volumeLabel reads the volume identifier of an ISO 9660 image from its
 // primary volume descriptor (sector 16, bytes 40-71).
-func VolumeLabel(path string) (string, error) {
+func volumeLabel(path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return "", err

@@ -80,7 +80,7 @@ func TestISO(t *testing.T) {
 			if err := d.WriteISO(context.Background(), iso); err != nil {
 				t.Fatalf("WriteISO: %v", err)
 			}
-			if label, err := VolumeLabel(iso); err != nil || label != tt.label {
+			if label, err := volumeLabel(iso); err != nil || label != tt.label {
 				t.Fatalf("label = %q, %v; want %q", label, err, tt.label)
 			}
 			if diff := cmp.Diff(tt.files, readISO(t, iso)); diff != "" {

@@ -23,31 +23,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// hostIPv4 returns an IPv4 address of a non-loopback interface that an
-// Endpoints object accepts, or nil.
-func hostIPv4(t *testing.T) net.IP {
-	t.Helper()
-	ifaces, err := net.Interfaces()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ifc := range ifaces {
-		if ifc.Flags&net.FlagLoopback != 0 || ifc.Flags&net.FlagUp == 0 {
-			continue
-		}
-		addrs, err := ifc.Addrs()
-		if err != nil {
-			continue
-		}
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && n.IP.IsGlobalUnicast() {
-				return n.IP.To4()
-			}
-		}
-	}
-	return nil
-}
-
 // seenRequest is what the aggregated test server saw of a proxied request.
 type seenRequest struct {
 	clientCN string
@@ -55,14 +30,20 @@ type seenRequest struct {
 	groups   []string
 }
 
+// aggregatedIP is the test server's address: Endpoints reject loopback,
+// so it goes on the control plane's namespace's lo, inside the service
+// range as virt-api's does.
+var aggregatedIP = net.IPv4(10, 254, 0, 20)
+
 // checkAggregation registers an APIService backed by a TLS server in this
-// test, serving a certificate of cp.IssueServingCert and trusting only the
-// requestheader CA the API server publishes, and checks that a request for
-// the group through the API server reaches it as the admin user.
+// test, listening in the control plane's network namespace, serving a
+// certificate of cp.IssueServingCert and trusting only the requestheader
+// CA the API server publishes, and checks that a request for the group
+// through the API server reaches it as the admin user.
 func checkAggregation(ctx context.Context, t *testing.T, cp *ControlPlane, cs kubernetes.Interface) {
-	ip := hostIPv4(t)
-	if ip == nil {
-		t.Skip("no IPv4 address outside loopback: Endpoints reject loopback addresses")
+	ip := aggregatedIP
+	if err := cp.AddAddress(ctx, ip); err != nil {
+		t.Fatal(err)
 	}
 	const ns, svcName, group, version = "default", "clusterlite-agg", "test.clusterlite.io", "v1"
 	certPEM, keyPEM, err := cp.IssueServingCert([]string{svcName + "." + ns + ".svc"}, nil)
@@ -99,7 +80,7 @@ func checkAggregation(ctx context.Context, t *testing.T, cp *ControlPlane, cs ku
 			GroupVersion: group + "/" + version,
 		})
 	})
-	l, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
+	l, err := cp.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 
 	"github.com/crashloop-harness/crashloop/pkg/spawn"
 )
@@ -28,7 +29,7 @@ const (
 	// ServiceClusterIPRange is the API server's service cluster IP range.
 	// Nothing routes it; a component that must be reachable at an address
 	// of this range (an aggregated API server, say) needs that address on
-	// a local interface.
+	// the namespace's lo (AddAddress).
 	ServiceClusterIPRange = "10.254.0.0/24"
 	// KubernetesServiceIP is the cluster IP of the default/kubernetes
 	// service, the first address of ServiceClusterIPRange. The API
@@ -57,6 +58,9 @@ const (
 	serviceAccountIssuer = "https://kubernetes.default.svc.cluster.local"
 	// pollInterval is the pause between two readiness probes.
 	pollInterval = 100 * time.Millisecond
+	// etcdClientPort and etcdPeerPort are etcd's ports on the namespace's
+	// loopback, which nothing else shares.
+	etcdClientPort, etcdPeerPort = 2379, 2380
 )
 
 // Config says where a control plane finds its binaries and keeps its state.
@@ -82,6 +86,9 @@ type Config struct {
 	// single-valued flag given here overrides the one set by Start; a list
 	// flag (--disable-admission-plugins, say) is extended instead.
 	APIServerArgs []string
+	// Clock paces the restarts of StartProcess's Restart option;
+	// clock.RealClock when nil.
+	Clock clock.Clock
 	// Users are extra identities that get a token each and a kubeconfig
 	// (see KubeconfigFor), for components that must act as someone else
 	// than the admin: KubeVirt's webhooks trust status writes only from
@@ -100,7 +107,10 @@ type ControlPlane struct {
 	etcdURL        string
 	kubeconfigPath string
 
+	// spawner starts every process in the control plane's network
+	// namespace; forward carries the API server's port to the host's.
 	spawner   *spawn.Spawner
+	forward   *forwarder
 	etcd      *child
 	apiserver *child
 
@@ -115,11 +125,14 @@ type ControlPlane struct {
 	stopErr  error
 }
 
-// Start generates certificates and keys, starts etcd and then the API
-// server on free loopback ports, waits until the API server's /readyz
-// answers ok, and writes StateDir/kubeconfig. ctx bounds only the start; the
-// processes run until Stop. On error everything started is stopped again.
-// The processes are killed by the kernel when the calling process dies.
+// Start creates the control plane's network namespace (root needed),
+// generates certificates and keys, starts etcd and then the API server on
+// the namespace's loopback, forwards the API server's port from the host's
+// 127.0.0.1 (the same port number on both sides), waits until /readyz
+// answers ok through it, and writes StateDir/kubeconfig. ctx bounds only
+// the start; the processes run until Stop. On error everything started is
+// stopped again. The processes are killed by the kernel when the calling
+// process dies, and the namespace goes with them.
 func Start(ctx context.Context, cfg Config) (*ControlPlane, error) {
 	if cfg.BinDir == "" || cfg.StateDir == "" {
 		return nil, errors.New("start control plane: Config.BinDir and Config.StateDir are required")
@@ -132,6 +145,9 @@ func Start(ctx context.Context, cfg Config) (*ControlPlane, error) {
 	}
 	if cfg.StopTimeout <= 0 {
 		cfg.StopTimeout = DefaultStopTimeout
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
 	}
 	var err error
 	if cfg.BinDir, err = filepath.Abs(cfg.BinDir); err != nil {
@@ -178,36 +194,14 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ports, err := FreePorts(3)
+	securePort, err := cp.makeNetNS(ctx)
 	if err != nil {
 		return err
 	}
-	clientPort, peerPort, securePort := ports[0], ports[1], ports[2]
-	cp.etcdURL = "http://127.0.0.1:" + strconv.Itoa(clientPort)
 	cp.server = "https://127.0.0.1:" + strconv.Itoa(securePort)
-	peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
-
-	cp.spawner = spawn.New()
-	cp.etcd, err = startChild(cp.spawner, cp.log, "etcd", filepath.Join(cp.cfg.BinDir, EtcdBinary), []string{
-		"--name=clusterlite",
-		"--data-dir=" + dirs["etcd"],
-		"--listen-client-urls=" + cp.etcdURL,
-		"--advertise-client-urls=" + cp.etcdURL,
-		"--listen-peer-urls=" + peerURL,
-		"--initial-advertise-peer-urls=" + peerURL,
-		"--initial-cluster=clusterlite=" + peerURL,
-		// A throw-away cluster: losing the last writes on a host crash is
-		// fine, and fsync dominates etcd latency on a busy disk.
-		"--unsafe-no-fsync",
-	}, cp.cfg.StateDir, filepath.Join(dirs["logs"], "etcd.log"))
-	if err != nil {
+	if err := cp.startEtcd(ctx, dirs["etcd"], dirs["logs"]); err != nil {
 		return err
 	}
-	etcdBegin := time.Now()
-	if err := waitReady(ctx, cp.etcd, http.DefaultClient, cp.etcdURL+"/health", "", etcdHealthy); err != nil {
-		return err
-	}
-	cp.etcd.log.Info("ready", "after", time.Since(etcdBegin).Round(time.Millisecond))
 
 	args := []string{
 		"--etcd-servers=" + cp.etcdURL,
@@ -269,6 +263,38 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// startEtcd starts etcd on the namespace's loopback and waits until it
+// reports healthy.
+func (cp *ControlPlane) startEtcd(ctx context.Context, dataDir, logDir string) error {
+	cp.etcdURL = "http://127.0.0.1:" + strconv.Itoa(etcdClientPort)
+	peerURL := "http://127.0.0.1:" + strconv.Itoa(etcdPeerPort)
+
+	var err error
+	cp.etcd, err = startChild(cp.spawner, cp.log, "etcd", filepath.Join(cp.cfg.BinDir, EtcdBinary), []string{
+		"--name=clusterlite",
+		"--data-dir=" + dataDir,
+		"--listen-client-urls=" + cp.etcdURL,
+		"--advertise-client-urls=" + cp.etcdURL,
+		"--listen-peer-urls=" + peerURL,
+		"--initial-advertise-peer-urls=" + peerURL,
+		"--initial-cluster=clusterlite=" + peerURL,
+		// A throw-away cluster: losing the last writes on a host crash is
+		// fine, and fsync dominates etcd latency on a busy disk.
+		"--unsafe-no-fsync",
+	}, cp.cfg.StateDir, filepath.Join(logDir, "etcd.log"))
+	if err != nil {
+		return err
+	}
+	etcdBegin := time.Now()
+	etcdClient := &http.Client{Transport: &http.Transport{DialContext: cp.spawner.DialContext}}
+	defer etcdClient.CloseIdleConnections()
+	if err := waitReady(ctx, cp.etcd, etcdClient, cp.etcdURL+"/health", "", etcdHealthy); err != nil {
+		return err
+	}
+	cp.etcd.log.Info("ready", "after", time.Since(etcdBegin).Round(time.Millisecond))
 	return nil
 }
 
@@ -342,23 +368,6 @@ func (cp *ControlPlane) writePKI(dir string) (map[string]string, error) {
 		paths[name] = p
 	}
 	return paths, nil
-}
-
-// FreePorts returns n distinct TCP ports on 127.0.0.1 that were free a
-// moment ago. All n listeners are open at once so the ports differ; another
-// process may still take one before the control plane binds it, which
-// makes that start fail with the process's own error.
-func FreePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("find a free port: %w", err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // waitReady polls url until ok accepts the answer, c exits, or ctx ends.
@@ -447,7 +456,8 @@ func failedChecks(body []byte) string {
 	return strings.Join(failed, "\n")
 }
 
-// Stop stops the API server and then etcd: SIGTERM, then SIGKILL after
+// Stop stops the processes of StartProcess, the API server and then etcd,
+// closes the forward and leaves the namespace: SIGTERM, then SIGKILL after
 // Config.StopTimeout or when ctx ends, whichever is first. It returns every
 // problem met: a process that had exited before Stop, failed on SIGTERM or
 // had to be killed. Stop is idempotent; later calls return the first
@@ -473,6 +483,9 @@ func (cp *ControlPlane) Stop(ctx context.Context) error {
 				errs = append(errs, err)
 			}
 		}
+		if cp.forward != nil {
+			cp.forward.close()
+		}
 		if cp.spawner != nil {
 			cp.spawner.Close()
 		}
@@ -494,11 +507,9 @@ func (cp *ControlPlane) RESTConfig() *rest.Config {
 	return restConfig(cp.server, cp.ca.CertPEM(), cp.token)
 }
 
-// Server returns the API server's URL, https://127.0.0.1:PORT.
+// Server returns the API server's URL, https://127.0.0.1:PORT: the host's
+// end of the forward, and the API server's own address in the namespace.
 func (cp *ControlPlane) Server() string { return cp.server }
-
-// EtcdURL returns etcd's client URL, http://127.0.0.1:PORT.
-func (cp *ControlPlane) EtcdURL() string { return cp.etcdURL }
 
 // CAPEM returns the PEM certificate of the CA that signed the API server's
 // serving certificate and every certificate of IssueServingCert. The caller

@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/crashloop-harness/crashloop/pkg/netsnap"
 )
 
 func TestStartNeedsBinaries(t *testing.T) {
@@ -31,16 +33,6 @@ func TestStartNeedsBinaries(t *testing.T) {
 	}
 }
 
-func TestFreePorts(t *testing.T) {
-	ports, err := FreePorts(3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ports[0] == ports[1] || ports[1] == ports[2] || ports[0] == ports[2] {
-		t.Errorf("ports not distinct: %v", ports)
-	}
-}
-
 func TestFailedChecks(t *testing.T) {
 	body := "[+]ping ok\n[-]etcd failed: reason withheld\n[+]log ok\nreadyz check failed\n"
 	if got, want := failedChecks([]byte(body)), "    [-]etcd failed: reason withheld"; got != want {
@@ -50,7 +42,8 @@ func TestFailedChecks(t *testing.T) {
 
 // TestControlPlane starts the real etcd and kube-apiserver from
 // $CLUSTERLITE_BIN_DIR, uses the API, stops them and checks that nothing is
-// left running or listening.
+// left running or listening, that the host's addresses and routes were the
+// same all along, and that the namespace is gone.
 func TestControlPlane(t *testing.T) {
 	binDir := os.Getenv("CLUSTERLITE_BIN_DIR")
 	if binDir == "" {
@@ -58,6 +51,7 @@ func TestControlPlane(t *testing.T) {
 	}
 	ctx := t.Context()
 	state := t.TempDir()
+	hostNet := hostNetwork(t)
 	begin := time.Now()
 	cp, err := Start(ctx, Config{
 		BinDir:   binDir,
@@ -76,7 +70,12 @@ func TestControlPlane(t *testing.T) {
 		}
 	})
 	pids := []int{cp.etcd.proc.PID(), cp.apiserver.proc.PID()}
-	addrs := []string{strings.TrimPrefix(cp.Server(), "https://"), strings.TrimPrefix(cp.EtcdURL(), "http://")}
+	server := strings.TrimPrefix(cp.Server(), "https://")
+	nsPath := cp.NetNSPath()
+	if c, err := net.DialTimeout("tcp", strings.TrimPrefix(cp.etcdURL, "http://"), time.Second); err == nil {
+		c.Close()
+		t.Errorf("etcd answers at %s in the host's namespace", cp.etcdURL)
+	}
 
 	cs, err := kubernetes.NewForConfig(cp.RESTConfig())
 	if err != nil {
@@ -128,6 +127,9 @@ func TestControlPlane(t *testing.T) {
 	}
 
 	t.Run("aggregation", func(t *testing.T) { checkAggregation(ctx, t, cp, cs) })
+	if got := hostNetwork(t); got != hostNet {
+		t.Errorf("the host's network changed while the control plane ran:\nbefore:\n%s\nduring:\n%s", hostNet, got)
+	}
 
 	// An extra user authenticates as itself, by REST config and kubeconfig.
 	const user = "system:serviceaccount:kubevirt:kubevirt-handler"
@@ -182,13 +184,41 @@ func TestControlPlane(t *testing.T) {
 	default:
 		t.Error("the started process is not reported done after Stop")
 	}
-	for _, a := range addrs {
-		if c, err := net.DialTimeout("tcp", a, time.Second); err == nil {
-			c.Close()
-			t.Errorf("%s still accepts connections after Stop", a)
-		}
+	if c, err := net.DialTimeout("tcp", server, time.Second); err == nil {
+		c.Close()
+		t.Errorf("%s still accepts connections after Stop", server)
+	}
+	awaitGone(t, nsPath, 5*time.Second)
+	if got := hostNetwork(t); got != hostNet {
+		t.Errorf("the host's network changed after the control plane:\nbefore:\n%s\nafter:\n%s", hostNet, got)
 	}
 	if err := cp.Stop(ctx); err != nil {
 		t.Errorf("second Stop: %v", err)
+	}
+}
+
+// hostNetwork is the host namespace's addresses, routes and rules.
+func hostNetwork(t *testing.T) string {
+	t.Helper()
+	s, err := netsnap.Take(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// awaitGone waits up to d for path (a namespace's file under /proc, whose
+// thread the runtime ends just after Stop) to disappear.
+func awaitGone(t *testing.T, path string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		if _, err := os.Stat(path); os.IsNotExist(err) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still there %v after Stop", path, d)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -1,7 +1,12 @@
-// Package clusterlite runs a real, single-member Kubernetes control plane on
-// loopback: an etcd and a kube-apiserver, built from Go modules by
-// tools/clusterlite/build.sh, started as child processes of the calling
-// program.
+// Package clusterlite runs a real, single-member Kubernetes control plane in
+// a network namespace of its own: an etcd and a kube-apiserver, built from
+// Go modules by tools/clusterlite/build.sh, started as child processes of
+// the calling program, with the API server reached from the host's
+// 127.0.0.1 through a forward. Addresses that Endpoints accept (not
+// loopback) go on the namespace's lo (AddAddress); the host's network is
+// never changed. Beside the control plane it runs KubeVirt's components
+// (StartProcess, optionally restarted with a backoff), issues their
+// certificates, waits for them and picks the node agent's runtime.
 //
 // The control plane has no kube-controller-manager, no scheduler and no
 // kubelet. It authenticates one admin token (group system:masters) and
@@ -16,5 +21,6 @@
 // Children run in their own process group and get SIGKILL from the kernel
 // when the calling process dies (a parent-death signal, armed from a thread
 // that lives as long as the control plane), so a crashed test leaves no
-// etcd or kube-apiserver behind.
+// etcd or kube-apiserver behind, and the namespace, which has no name, is
+// freed by the kernel with them.
 package clusterlite

@@ -3,8 +3,8 @@
 // libvirt keeps QEMU's capabilities in a cache and discards it when the
 // host's CPUID differs from the one it recorded. On hosts whose CPUs report
 // different CPUID (seen on PVM guests: CPU 0 and CPU 1 differ), a launcher
-// that happens to run on another CPU than the last probe re-probes QEMU
-// (about 2 s). Running the libvirt part always on the same CPU, the lowest
+// that happens to run on another CPU than the last probe re-probes QEMU,
+// which costs seconds. Running the libvirt part always on the same CPU, the lowest
 // of its allowed set, keeps the signature stable. libvirt gives a domain's
 // QEMU the affinity of all online CPUs when the domain has no cpuset, so
 // the guest itself is not left pinned.

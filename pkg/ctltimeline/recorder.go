@@ -208,13 +208,10 @@ func attemptFaults(dir launcherapi.Dir) string {
 	}
 	evs, _ := launcherapi.ReadEvents(dir.Events())
 	for _, ev := range evs {
-		// Scheduled lists the faults that will fire: details.faults,
-		// objects with a "fault" name.
-		faults, _ := ev.Details["faults"].([]any)
-		for _, x := range faults {
-			if m, ok := x.(map[string]any); ok {
-				n, _ := m["fault"].(string)
-				add(n)
+		// Scheduled lists the faults that will fire.
+		if ev.Scheduled != nil {
+			for _, d := range ev.Scheduled.Faults {
+				add(d.Fault)
 			}
 		}
 		add(ev.Fault)

@@ -18,7 +18,7 @@ func TestRecorder(t *testing.T) {
 	}
 	var events []byte
 	for _, ev := range []launcherapi.Event{
-		{Event: launcherapi.EventScheduled, Details: map[string]any{"faults": []any{map[string]any{"fault": "qemu-kill"}}}},
+		{Event: launcherapi.EventScheduled, Scheduled: &launcherapi.ScheduledDetails{Faults: []launcherapi.FaultDecision{{Fault: "qemu-kill"}}}},
 		{Event: launcherapi.EventFaultFired, Fault: "qemu-kill"},
 		{Event: launcherapi.EventFailed, Reason: launcherapi.ReasonQemuFailed},
 	} {

@@ -3,7 +3,6 @@ package faults
 import (
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/json"
 	"math/rand/v2"
 	"strings"
 	"time"
@@ -154,19 +153,12 @@ func (d Decisions) KernelArgs() []string {
 	return out
 }
 
-// DecisionSummary is the JSON form of one firing fault, for events.
-type DecisionSummary struct {
-	Fault  string            `json:"fault"`
-	Point  Point             `json:"point"`
-	Delay  string            `json:"delay,omitempty"`
-	Params map[string]string `json:"params,omitempty"`
-}
-
-// Summary returns the decisions in JSON-serialisable form.
-func (d Decisions) Summary() []DecisionSummary {
-	out := make([]DecisionSummary, len(d))
+// Summary returns the decisions as the launcher's Scheduled event lists
+// them.
+func (d Decisions) Summary() []launcherapi.FaultDecision {
+	out := make([]launcherapi.FaultDecision, len(d))
 	for i, x := range d {
-		out[i] = DecisionSummary{Fault: x.Fault, Point: x.Point, Params: x.Spec.Params()}
+		out[i] = launcherapi.FaultDecision{Fault: x.Fault, Point: string(x.Point), Params: x.Spec.Params()}
 		if x.Delay != 0 {
 			out[i].Delay = x.Delay.String()
 		}
@@ -176,9 +168,6 @@ func (d Decisions) Summary() []DecisionSummary {
 	}
 	return out
 }
-
-// MarshalJSON encodes the decisions as their Summary.
-func (d Decisions) MarshalJSON() ([]byte, error) { return json.Marshal(d.Summary()) }
 
 // String renders the decisions as "fault(param=value,...)" items separated by
 // spaces, all parameters shown; "" when nothing fires.

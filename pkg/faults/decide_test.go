@@ -86,7 +86,7 @@ func TestProbabilityRate(t *testing.T) {
 func TestCount(t *testing.T) {
 	for _, term := range []string{"qemu-hang=3*", "qemu-hang=30%3*", "qemu-hang=5%7*"} {
 		p := mustParse(t, term)
-		want := p.Specs()[0].Count
+		want := p.specs()[0].Count
 		got := firing(p, 9, "ns/vm", "qemu-hang", 1000)
 		if len(got) != want {
 			t.Errorf("%s: fired %d times (%v), want exactly %d", term, len(got), got, want)
@@ -187,7 +187,7 @@ func TestEveryFaultHasATypedAction(t *testing.T) {
 
 func TestSummaries(t *testing.T) {
 	p := mustParse(t, "qemu-kill=30%2*signal=term,after=5s,attempts=1-3")
-	b, err := json.Marshal(p)
+	b, err := json.Marshal(p.Summary())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func TestSummaries(t *testing.T) {
 		}
 	}
 	d := mustParse(t, "qemu-kill=signal=term,after=5s").Decide(DecideInput{Key: "ns/vm", Attempt: 1})
-	b, err = json.Marshal(d)
+	b, err = json.Marshal(d.Summary())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +208,7 @@ func TestSummaries(t *testing.T) {
 	if got := d.String(); got != "qemu-kill(signal=SIGTERM,after=5s,effective-delay=5s)" {
 		t.Errorf("String() = %q", got)
 	}
-	if b, _ := json.Marshal(Decisions(nil)); string(b) != "[]" {
+	if b, _ := json.Marshal(Decisions(nil).Summary()); string(b) != "[]" {
 		t.Errorf("no decisions JSON = %s", b)
 	}
 }

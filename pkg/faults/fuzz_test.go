@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"encoding/json"
 	"errors"
 	"reflect"
 	"testing"
@@ -44,17 +45,29 @@ func checkRoundTrip(t *testing.T, annotations map[string]string, flags []string)
 		}
 		return
 	}
-	specs := plan.Specs()
+	specs := plan.specs()
 	for name, back := range map[string]func() (Plan, error){
 		"flags":       func() (Plan, error) { return Parse(nil, plan.Flags()) },
 		"annotations": func() (Plan, error) { return Parse(plan.Annotations(), nil) },
+		"JSON": func() (Plan, error) {
+			data, err := json.Marshal(plan)
+			if err != nil {
+				return Plan{}, err
+			}
+			var back Plan
+			err = json.Unmarshal(data, &back)
+			if err == nil && !reflect.DeepEqual(back.entries, plan.entries) {
+				t.Fatalf("Parse(%q, %q): the JSON round trip changed the sources or order", annotations, flags)
+			}
+			return back, err
+		},
 	} {
 		again, err := back()
 		if err != nil {
 			t.Fatalf("Parse(%q, %q) = %s, but its canonical %s do not parse: %v", annotations, flags, plan, name, err)
 		}
-		if !reflect.DeepEqual(again.Specs(), specs) {
-			t.Fatalf("Parse(%q, %q): %s round trip changed\n%#v\nto\n%#v", annotations, flags, name, specs, again.Specs())
+		if !reflect.DeepEqual(again.specs(), specs) {
+			t.Fatalf("Parse(%q, %q): %s round trip changed\n%#v\nto\n%#v", annotations, flags, name, specs, again.specs())
 		}
 	}
 	for a := 1; a <= 3; a++ {

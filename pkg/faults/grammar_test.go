@@ -144,7 +144,7 @@ func TestParseValid(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Parse: %v", err)
 			}
-			specs := plan.Specs()
+			specs := plan.specs()
 			if len(specs) != 1 {
 				t.Fatalf("got %d specs, want 1", len(specs))
 			}
@@ -372,7 +372,7 @@ func TestLongAttemptsList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := plan.Specs()[0].Attempts.String(); got != "1-50000" {
+	if got := plan.specs()[0].Attempts.String(); got != "1-50000" {
 		t.Errorf("attempts = %s, want 1-50000", got)
 	}
 }

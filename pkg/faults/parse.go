@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 )
 
 // AnnotationPrefix starts every fault annotation key; the rest of the key is
@@ -87,8 +89,8 @@ func Parse(annotations map[string]string, flags []string) (Plan, error) {
 // Empty reports whether the plan asks for no fault.
 func (p Plan) Empty() bool { return len(p.entries) == 0 }
 
-// Specs returns the plan's fault specs in catalog order.
-func (p Plan) Specs() []Spec {
+// specs returns the plan's fault specs in catalog order.
+func (p Plan) specs() []Spec {
 	out := make([]Spec, len(p.entries))
 	for i, e := range p.entries {
 		out[i] = e.spec
@@ -120,25 +122,13 @@ func (p Plan) Annotations() map[string]string {
 // or "" for an empty plan.
 func (p Plan) String() string { return strings.Join(p.Flags(), " ") }
 
-// SpecSummary is the JSON form of one planned fault, for the launcher's
-// Scheduled event.
-type SpecSummary struct {
-	Fault       string            `json:"fault"`
-	Term        string            `json:"term"`
-	Source      string            `json:"source,omitempty"`
-	Probability float64           `json:"probability"`
-	Count       int               `json:"count,omitempty"`
-	Delay       string            `json:"delay,omitempty"`
-	Attempts    string            `json:"attempts"`
-	Params      map[string]string `json:"params,omitempty"`
-}
-
-// Summary returns the plan in JSON-serialisable form, one entry per fault.
-func (p Plan) Summary() []SpecSummary {
-	out := make([]SpecSummary, len(p.entries))
+// Summary returns the plan as the launcher's Scheduled event lists it,
+// one entry per fault.
+func (p Plan) Summary() []launcherapi.FaultSpec {
+	out := make([]launcherapi.FaultSpec, len(p.entries))
 	for i, e := range p.entries {
 		s := e.spec
-		out[i] = SpecSummary{
+		out[i] = launcherapi.FaultSpec{
 			Fault: s.Fault, Term: s.String(), Source: e.source,
 			Probability: s.Probability, Count: s.Count,
 			Attempts: s.Attempts.String(), Params: s.Params(),
@@ -153,8 +143,42 @@ func (p Plan) Summary() []SpecSummary {
 	return out
 }
 
-// MarshalJSON encodes the plan as its Summary.
-func (p Plan) MarshalJSON() ([]byte, error) { return json.Marshal(p.Summary()) }
+// planEntry is one entry of a plan's JSON form: its canonical term and
+// where it was asked.
+type planEntry struct {
+	Term   string `json:"term"`
+	Source string `json:"source"`
+}
+
+// MarshalJSON encodes the plan as its canonical terms and their sources,
+// the form in which the launcher's converter hands it to its runner.
+func (p Plan) MarshalJSON() ([]byte, error) {
+	out := make([]planEntry, len(p.entries))
+	for i, e := range p.entries {
+		out[i] = planEntry{Term: e.spec.String(), Source: e.source}
+	}
+	return json.Marshal(out)
+}
+
+// UnmarshalJSON decodes what MarshalJSON wrote. The terms are canonical,
+// so they give back the same specs (FuzzParse checks the round trip).
+func (p *Plan) UnmarshalJSON(data []byte) error {
+	var in []planEntry
+	if err := json.Unmarshal(data, &in); err != nil {
+		return fmt.Errorf("decoding a fault plan: %w", err)
+	}
+	plan := Plan{entries: make([]entry, 0, len(in))}
+	for _, e := range in {
+		name, value, _ := strings.Cut(e.Term, "=")
+		spec, err := parseTerm(e.Source, name, value)
+		if err != nil {
+			return fmt.Errorf("decoding a fault plan: %w", err)
+		}
+		plan.entries = append(plan.entries, entry{spec: spec, source: e.Source})
+	}
+	*p = plan
+	return nil
+}
 
 // ValidateDisks checks the plan against the VMI's disk names: a
 // disk-io-error that names a disk must name one of them, and one that does

@@ -1,5 +1,5 @@
 // Package launcher owns one VMI's launch once pkg/launchprep has turned
-// the VMI into a run plan (launcherapi.RunPlan): its assembly (Launch: the
+// the VMI into a run plan (launchplan.RunPlan): its assembly (Launch: the
 // reaper taken over, reaping of the process's children, the seed, start
 // timeout and grace period, the faults' edits of the domain), its
 // lifecycle (Run: phases, the start timeout, signals and the grace period,

@@ -66,13 +66,14 @@ func textLine(ev launcherapi.Event) string {
 	if ev.ExitCode != nil {
 		fmt.Fprintf(&b, "  exit=%d", *ev.ExitCode)
 	}
-	keys := make([]string, 0, len(ev.Details))
-	for k := range ev.Details {
+	details := detailsOf(ev)
+	keys := make([]string, 0, len(details))
+	for k := range details {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		v := ev.Details[k]
+		v := details[k]
 		if s, ok := v.(string); ok && strings.ContainsAny(s, " \t") {
 			v = fmt.Sprintf("%q", s)
 		} else if _, ok := v.(string); !ok {
@@ -87,4 +88,29 @@ func textLine(ev launcherapi.Event) string {
 	}
 	b.WriteByte('\n')
 	return b.String()
+}
+
+// detailsOf is the event's typed values as their JSON keys, for the text
+// line: one key=value item each.
+func detailsOf(ev launcherapi.Event) map[string]any {
+	var v any
+	switch {
+	case ev.Scheduled != nil:
+		v = ev.Scheduled
+	case ev.Running != nil:
+		v = ev.Running
+	case ev.Fired != nil:
+		v = ev.Fired
+	default:
+		return nil
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		return nil
+	}
+	var out map[string]any
+	if json.Unmarshal(data, &out) != nil {
+		return nil
+	}
+	return out
 }

@@ -9,6 +9,7 @@ import (
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/crashloop-harness/crashloop/pkg/faults"
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/qemu"
 )
 
@@ -63,7 +64,7 @@ func (c launcherCrash) crash(ctx context.Context, s *Site) {
 	if !s.Wait(ctx, c.a.Delay) {
 		return
 	}
-	s.Fire("launcher crashes "+string(s.Point()), map[string]any{"at": string(s.Point())})
+	s.Fire("launcher crashes "+string(s.Point()), &launcherapi.FaultDetails{At: string(s.Point())})
 	s.Crash()
 }
 
@@ -81,7 +82,7 @@ func (e libvirtError) fail(ctx context.Context, s *Site) error {
 	if !s.Wait(ctx, e.a.Delay) {
 		return nil
 	}
-	s.Fire("libvirt "+string(s.Point())+" fails", map[string]any{"at": string(s.Point())})
+	s.Fire("libvirt "+string(s.Point())+" fails", &launcherapi.FaultDetails{At: string(s.Point())})
 	return errors.New("injected libvirt error (fault libvirt-error)")
 }
 
@@ -125,7 +126,7 @@ func (qemuKill) Name() string { return "qemu-kill" }
 func (k qemuKill) AfterStart(_ context.Context, s *Site) {
 	s.After(k.a.After, func() {
 		sig := signalName(k.a.Signal)
-		s.Fire("sending "+sig+" to QEMU", map[string]any{"signal": sig, "after": k.a.After.String()})
+		s.Fire("sending "+sig+" to QEMU", &launcherapi.FaultDetails{Signal: sig, After: k.a.After.String()})
 		if err := s.Kill(k.a.Signal); err != nil {
 			s.l.cfg.Log.Warn("killing QEMU", "err", err)
 		}
@@ -143,7 +144,7 @@ func (b qemuBadConfig) BuildDomain(e *DomainEdit) error {
 	}
 	e.Domain.OS.Kernel = b.a.KernelPath
 	e.HoldStart(b.a.Delay)
-	e.AnnounceAtStart(b, "QEMU is given a kernel that does not exist: "+b.a.KernelPath, map[string]any{"kernel": b.a.KernelPath})
+	e.AnnounceAtStart(b, "QEMU is given a kernel that does not exist: "+b.a.KernelPath, &launcherapi.FaultDetails{Kernel: b.a.KernelPath})
 	return nil
 }
 
@@ -162,7 +163,7 @@ func (d diskIOError) BuildDomain(e *DomainEdit) error {
 		return err
 	}
 	e.AnnounceAtStart(d, fmt.Sprintf("disk %s fails %s with errno %d (%v)", dev, d.a.Op, int(d.a.Errno), d.a.Errno),
-		map[string]any{"device": dev, "op": string(d.a.Op), "errno": int(d.a.Errno)})
+		&launcherapi.FaultDetails{Device: dev, Op: string(d.a.Op), Errno: int(d.a.Errno)})
 	return appendKernelArg(e, d.Name(), d.a.KernelArg())
 }
 
@@ -179,7 +180,7 @@ func (g guestDirective) BuildDomain(e *DomainEdit) error {
 	if err := appendKernelArg(e, g.d.Fault, g.d.Action.(kernelArg).KernelArg()); err != nil {
 		return err
 	}
-	e.AnnounceAtStart(g, "guest directive on the kernel command line", map[string]any{"params": g.d.Spec.Params()})
+	e.AnnounceAtStart(g, "guest directive on the kernel command line", &launcherapi.FaultDetails{Params: g.d.Spec.Params()})
 	return nil
 }
 

@@ -177,12 +177,12 @@ type DomainEdit struct {
 
 type fired struct {
 	name, message string
-	details       map[string]any
+	details       *launcherapi.FaultDetails
 }
 
 // AnnounceAtStart queues h's FaultFired event for when QEMU is started,
 // which is when an edit of the domain takes effect.
-func (e *DomainEdit) AnnounceAtStart(h Hook, message string, details map[string]any) {
+func (e *DomainEdit) AnnounceAtStart(h Hook, message string, details *launcherapi.FaultDetails) {
 	e.announce = append(e.announce, fired{h.Name(), message, details})
 }
 
@@ -200,7 +200,7 @@ type StartOptions struct {
 // Site is what a hook may do where it acts. Its methods run on the
 // lifecycle's goroutine, as do the functions given to After.
 type Site struct {
-	l     *launch
+	l     *lifecycle
 	hook  Hook
 	point faults.Point
 }
@@ -209,7 +209,7 @@ type Site struct {
 func (s *Site) Point() faults.Point { return s.point }
 
 // Fire writes the hook's FaultFired event.
-func (s *Site) Fire(message string, details map[string]any) {
+func (s *Site) Fire(message string, details *launcherapi.FaultDetails) {
 	s.l.fire(fired{s.hook.Name(), message, details})
 }
 
@@ -262,7 +262,7 @@ func (s *Site) Kill(sig syscall.Signal) error {
 }
 
 // at runs the hooks of a point without a result of their own.
-func (l *launch) at(ctx context.Context, p faults.Point) {
+func (l *lifecycle) at(ctx context.Context, p faults.Point) {
 	for _, h := range l.cfg.Hooks.At(p) {
 		s := &Site{l: l, hook: h, point: p}
 		switch p {
@@ -280,8 +280,8 @@ func (l *launch) at(ctx context.Context, p faults.Point) {
 	}
 }
 
-// define runs the define hooks; the first error wins.
-func (l *launch) define(ctx context.Context) error {
+// defineHooks runs the define hooks; the first error wins.
+func (l *lifecycle) defineHooks(ctx context.Context) error {
 	for _, h := range l.cfg.Hooks.At(faults.PointDefine) {
 		if err := h.(DefineHook).Define(ctx, &Site{l: l, hook: h, point: faults.PointDefine}); err != nil {
 			return err
@@ -290,8 +290,8 @@ func (l *launch) define(ctx context.Context) error {
 	return nil
 }
 
-// start runs the start hooks; the first error wins.
-func (l *launch) start(ctx context.Context, o *StartOptions) error {
+// startHooks runs the start hooks; the first error wins.
+func (l *lifecycle) startHooks(ctx context.Context, o *StartOptions) error {
 	for _, h := range l.cfg.Hooks.At(faults.PointStart) {
 		if err := h.(StartHook).Start(ctx, &Site{l: l, hook: h, point: faults.PointStart}, o); err != nil {
 			return err

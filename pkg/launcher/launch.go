@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/clock"
 	"libvirt.org/go/libvirtxml"
 
+	"github.com/crashloop-harness/crashloop/internal/launchplan"
 	"github.com/crashloop-harness/crashloop/pkg/faults"
 	"github.com/crashloop-harness/crashloop/pkg/hypervisor"
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
@@ -26,80 +27,67 @@ import (
 // launcher's exit code; cancelling ctx asks for a graceful stop. stdout
 // receives the events (or the dry run), stderr the messages for bad input
 // and the reaper's log.
-func Launch(ctx context.Context, p launcherapi.RunPlan, stdout, stderr io.Writer) launcherapi.ExitCode {
-	base := launcherapi.DefaultArgs()
-	base.ImageDir = ""
-	a, log, code, ok := launcherapi.Begin(p.Argv, base, stderr)
-	if !ok {
-		return code
-	}
-	log = log.With("vmi", p.VMI.Namespace+"/"+p.VMI.Name)
+func Launch(ctx context.Context, p launchplan.RunPlan, stdout, stderr io.Writer) launcherapi.ExitCode {
+	log := launchplan.Logger(p.Args, stderr).With("vmi", p.VMI.Namespace+"/"+p.VMI.Name)
 	children := qemu.NewChildren()
 	if p.Reaper != nil {
-		// Reap from the moment this process is a subreaper: libvirt's
-		// capability probe leaves QEMU zombies here otherwise, and waits
-		// for each (80 s on a cold cache). PID 1 of a namespace reaps too.
-		if err := qemu.BecomeSubreaper(); err != nil {
-			log.Warn("QEMU's exit may be noticed late", "err", err)
-		}
-		reaper, err := watchdog.Adopt(p.Reaper.PID, p.Reaper.FD)
+		release, err := takeOverReaper(*p.Reaper, children, log)
 		if err != nil {
 			// Without its pipe the reaper cannot be told "done": it will
 			// clean up after this process, which is all that is left to do.
 			log.Error("taking over the reaper", "err", err)
 			return launcherapi.ExitInternal
 		}
-		children.Leave(reaper.PID())
-		reapCtx, stopReaping := context.WithCancel(context.Background())
-		defer stopReaping()
-		children.Run(reapCtx)
-		defer func() {
-			if err := reaper.Done(); err != nil {
-				log.Warn("stopping reaper", "err", err)
-			}
-		}()
+		defer release()
 	}
 	defer removeLaunchFolders(p, log)
-	plan, err := faults.Parse(p.Annotations, a.Faults)
-	if err != nil {
-		fmt.Fprintf(stderr, "virt-launcher: %s: %v\n", p.Input, err)
-		return launcherapi.ExitInvalidManifest
-	}
 	dom := &libvirtxml.Domain{}
 	if err := dom.Unmarshal(p.DomainXML); err != nil {
 		log.Error("reading the converted domain", "err", err)
 		return launcherapi.ExitInternal
 	}
-
-	seed := a.Seed
-	if seed == 0 {
-		seed = launcherapi.PickSeed()
-	}
-	qemuTimeout := a.StartTimeout.Draw(seed.Rand("qemu-timeout"))
-	grace := 30 * time.Second
-	if a.GracePeriod != nil {
-		grace = *a.GracePeriod
-	} else if p.GracePeriodSeconds != nil {
-		grace = time.Duration(*p.GracePeriodSeconds) * time.Second
-	}
-
-	decisions := plan.Decide(faults.DecideInput{Seed: seed, Key: p.VMI.Namespace + "/" + p.VMI.Name, Attempt: a.Attempt})
-	hooks, err := HooksFor(decisions)
+	d := draw(p)
+	hooks, err := HooksFor(d.decisions)
 	if err == nil {
-		built := &DomainEdit{Domain: dom, Scratch: p.Scratch}
-		if err = hooks.BuildDomain(built); err == nil {
-			sess := qemu.SessionOptions{URI: a.LibvirtURI, Root: p.Root, CapsCacheDir: a.CacheDir, Children: children}
-			return start(ctx, a, p, plan, launchPlan{dom: built, hooks: hooks, seed: seed, timeout: qemuTimeout, grace: grace,
-				decisions: decisions, sess: sess}, stdout, log)
+		d.dom = &DomainEdit{Domain: dom, Scratch: p.Scratch}
+		if err = hooks.BuildDomain(d.dom); err == nil {
+			d.hooks = hooks
+			d.sess = qemu.SessionOptions{URI: p.Args.LibvirtURI, Root: p.Root, CapsCacheDir: p.Args.CacheDir, Children: children}
+			return schedule(ctx, p, d, stdout, log)
 		}
 	}
 	fmt.Fprintf(stderr, "virt-launcher: %s: %v\n", p.Input, err)
 	return launcherapi.ExitInvalidManifest
 }
 
+// takeOverReaper makes this process a subreaper that reaps its children
+// from now on, and takes over the reaper the converter started; release
+// tells the reaper the launch is done and stops reaping.
+func takeOverReaper(r launchplan.Reaper, children *qemu.Children, log *slog.Logger) (release func(), err error) {
+	// Reap from the moment this process is a subreaper: libvirt's
+	// capability probe leaves QEMU zombies here otherwise, and waits for
+	// each. PID 1 of a namespace reaps too.
+	if err := qemu.BecomeSubreaper(); err != nil {
+		log.Warn("QEMU's exit may be noticed late", "err", err)
+	}
+	reaper, err := watchdog.Adopt(r.PID, r.FD)
+	if err != nil {
+		return nil, err
+	}
+	children.Leave(reaper.PID())
+	reapCtx, stopReaping := context.WithCancel(context.Background())
+	children.Run(reapCtx)
+	return func() {
+		if err := reaper.Done(); err != nil {
+			log.Warn("stopping reaper", "err", err)
+		}
+		stopReaping()
+	}, nil
+}
+
 // removeLaunchFolders removes the per-VMI libvirt root and a scratch
 // folder of its own.
-func removeLaunchFolders(p launcherapi.RunPlan, log *slog.Logger) {
+func removeLaunchFolders(p launchplan.RunPlan, log *slog.Logger) {
 	for _, dir := range p.Folders() {
 		if err := os.RemoveAll(dir); err != nil {
 			log.Warn("removing per-VMI state", "dir", dir, "err", err)
@@ -107,8 +95,8 @@ func removeLaunchFolders(p launcherapi.RunPlan, log *slog.Logger) {
 	}
 }
 
-// launchPlan is what Launch drew and built for the lifecycle.
-type launchPlan struct {
+// drawn is what Launch drew and built for the lifecycle.
+type drawn struct {
 	dom            *DomainEdit
 	hooks          Hooks
 	seed           launcherapi.Seed
@@ -117,33 +105,56 @@ type launchPlan struct {
 	sess           qemu.SessionOptions
 }
 
-// start is the dry run, or the Scheduled event and the lifecycle.
-func start(ctx context.Context, a launcherapi.Args, rp launcherapi.RunPlan, plan faults.Plan, p launchPlan, stdout io.Writer, log *slog.Logger) launcherapi.ExitCode {
+// draw draws the launch's seed (unless --seed gave one), its start
+// timeout from it, the grace period and the faults that fire.
+func draw(p launchplan.RunPlan) drawn {
+	a := p.Args
+	d := drawn{seed: a.Seed, grace: 30 * time.Second}
+	if d.seed == 0 {
+		d.seed = launcherapi.PickSeed()
+	}
+	d.timeout = a.StartTimeout.Draw(d.seed.Rand("qemu-timeout"))
+	if a.GracePeriod != nil {
+		d.grace = *a.GracePeriod
+	} else if p.GracePeriodSeconds != nil {
+		d.grace = time.Duration(*p.GracePeriodSeconds) * time.Second
+	}
+	d.decisions = p.Faults.Decide(faults.DecideInput{Seed: d.seed, Key: p.VMI.Namespace + "/" + p.VMI.Name, Attempt: a.Attempt})
+	return d
+}
+
+// scheduled is the Scheduled event's values.
+func scheduled(p launchplan.RunPlan, d drawn) *launcherapi.ScheduledDetails {
+	libvirtMode := "embedded:" + d.sess.Root
+	if p.Args.LibvirtURI != "" {
+		libvirtMode = p.Args.LibvirtURI
+	}
+	return &launcherapi.ScheduledDetails{
+		QemuTimeout:        d.timeout.String(),
+		QemuTimeoutSeconds: d.timeout.Seconds(),
+		QemuTimeoutBase:    p.Args.StartTimeout.Base.String(),
+		QemuTimeoutJitter:  p.Args.StartTimeout.Jitter.String(),
+		Seed:               uint64(d.seed),
+		Accel:              p.Accel,
+		AccelReason:        p.AccelReason,
+		Libvirt:            libvirtMode,
+		ConsoleLog:         p.ConsoleLog,
+		LibvirtLog:         p.LibvirtLog,
+		GracePeriod:        d.grace.String(),
+		FaultPlan:          p.Faults.Summary(),
+		Faults:             d.decisions.Summary(),
+	}
+}
+
+// schedule is the dry run, or the Scheduled event and the lifecycle.
+func schedule(ctx context.Context, p launchplan.RunPlan, d drawn, stdout io.Writer, log *slog.Logger) launcherapi.ExitCode {
+	a := p.Args
 	if a.DryRun {
-		return dryRun(stdout, rp.DryRunVMI, p.dom.Domain, log)
+		return dryRun(stdout, p.DryRunVMI, d.dom.Domain, log)
 	}
-	events := NewEmitter(stdout, a.EventFormat, launcherapi.Event{VMI: rp.VMI.Name, Namespace: rp.VMI.Namespace, UID: rp.VMI.UID, Attempt: a.Attempt})
-	libvirtMode := "embedded:" + p.sess.Root
-	if a.LibvirtURI != "" {
-		libvirtMode = a.LibvirtURI
-	}
+	events := NewEmitter(stdout, a.EventFormat, launcherapi.Event{VMI: p.VMI.Name, Namespace: p.VMI.Namespace, UID: p.VMI.UID, Attempt: a.Attempt})
 	clk := clock.RealClock{}
-	details := map[string]any{
-		"qemuTimeout":        p.timeout.String(),
-		"qemuTimeoutSeconds": p.timeout.Seconds(),
-		"qemuTimeoutBase":    a.StartTimeout.Base.String(),
-		"qemuTimeoutJitter":  a.StartTimeout.Jitter.String(),
-		"seed":               uint64(p.seed),
-		"accel":              rp.Accel,
-		"accelReason":        rp.AccelReason,
-		"libvirt":            libvirtMode,
-		"consoleLog":         rp.ConsoleLog,
-		"libvirtLog":         rp.LibvirtLog,
-		"gracePeriod":        p.grace.String(),
-		"faultPlan":          plan.Summary(),
-		"faults":             p.decisions.Summary(),
-	}
-	if err := events.Emit(launcherapi.Event{Time: clk.Now(), Event: launcherapi.EventScheduled, Phase: launcherapi.PhaseScheduled, Details: details}); err != nil {
+	if err := events.Emit(launcherapi.Event{Time: clk.Now(), Event: launcherapi.EventScheduled, Phase: launcherapi.PhaseScheduled, Scheduled: scheduled(p, d)}); err != nil {
 		log.Error("writing event", "err", err)
 	}
 
@@ -151,10 +162,10 @@ func start(ctx context.Context, a launcherapi.Args, rp launcherapi.RunPlan, plan
 	// embedded driver; keep its log beside the console log instead, unless
 	// the user routed it already.
 	if os.Getenv("LIBVIRT_LOG_OUTPUTS") == "" {
-		os.Setenv("LIBVIRT_LOG_OUTPUTS", "3:file:"+rp.LibvirtLog)
+		os.Setenv("LIBVIRT_LOG_OUTPUTS", "3:file:"+p.LibvirtLog)
 	}
-	if p.sess.Root != "" && !qemu.CapsCached(p.sess.CapsCacheDir) {
-		log.Info("probing QEMU capabilities, first launch with this cache", "cacheDir", p.sess.CapsCacheDir)
+	if d.sess.Root != "" && !qemu.CapsCached(d.sess.CapsCacheDir) {
+		log.Info("probing QEMU capabilities, first launch with this cache", "cacheDir", d.sess.CapsCacheDir)
 	}
 	loopCtx, stopLoop := context.WithCancel(context.Background())
 	defer stopLoop()
@@ -164,23 +175,23 @@ func start(ctx context.Context, a launcherapi.Args, rp launcherapi.RunPlan, plan
 	}
 	res := Run(ctx, Config{
 		Open: func() (hypervisor.Session, error) {
-			s, err := qemu.Open(p.sess)
+			s, err := qemu.Open(d.sess)
 			if err != nil {
 				return nil, err
 			}
 			return s, nil
 		},
-		Domain:         p.dom.Domain,
-		Built:          p.dom,
-		Console:        watchConsole(clk, rp.ConsoleLog, log),
-		RunningDetails: runningDetails(rp.Ports),
-		ReadyMarker:    a.ReadyMarker,
-		QemuTimeout:    p.timeout,
-		GracePeriod:    p.grace,
-		Hooks:          p.hooks,
-		Clock:          clk,
-		Events:         events,
-		Log:            log,
+		Domain:      d.dom.Domain,
+		Built:       d.dom,
+		Console:     watchConsole(clk, p.ConsoleLog, log),
+		Ports:       p.Ports,
+		ReadyMarker: a.ReadyMarker,
+		QemuTimeout: d.timeout,
+		GracePeriod: d.grace,
+		Hooks:       d.hooks,
+		Clock:       clk,
+		Events:      events,
+		Log:         log,
 	})
 	log.Info("launch ended", "phase", res.Phase, "reason", res.Reason, "exitCode", int(res.ExitCode))
 	return res.ExitCode
@@ -220,20 +231,4 @@ func dryRun(out io.Writer, vmiYAML string, dom *libvirtxml.Domain, log *slog.Log
 	fmt.Fprintf(out, "---\n%s", vmiYAML)
 	fmt.Fprintln(out, xml)
 	return launcherapi.ExitSucceeded
-}
-
-// runningDetails are the Running event's details beyond its timing: the
-// forwarded guest ports under "ports", when there are any.
-func runningDetails(ports []launcherapi.PortForward) map[string]any {
-	if len(ports) == 0 {
-		return nil
-	}
-	list := make([]map[string]any, 0, len(ports))
-	for _, p := range ports {
-		list = append(list, map[string]any{
-			"interface": p.Interface, "name": p.Name, "protocol": p.Protocol,
-			"guestPort": p.GuestPort, "hostIP": p.HostAddress, "hostPort": p.HostPort,
-		})
-	}
-	return map[string]any{"ports": list}
 }

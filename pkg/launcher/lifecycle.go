@@ -39,9 +39,8 @@ type Config struct {
 	// Console, when set, follows the guest's serial console from just
 	// before the domain start until ctx ends.
 	Console func(ctx context.Context) <-chan ConsoleLine
-	// RunningDetails are added to the Running event's details (the
-	// forwarded ports).
-	RunningDetails map[string]any
+	// Ports are the forwarded guest ports the Running event lists.
+	Ports []launcherapi.PortForward
 	// ReadyMarker is the console text of GuestReady; empty disables it.
 	ReadyMarker string
 	// QemuTimeout is the drawn start timeout, armed when Run starts.
@@ -73,7 +72,8 @@ type Result struct {
 	ExitCode launcherapi.ExitCode
 }
 
-type launch struct {
+// lifecycle is one run of the lifecycle: what it has seen so far.
+type lifecycle struct {
 	cfg      Config
 	dom      hypervisor.Domain
 	running  bool
@@ -84,6 +84,8 @@ type launch struct {
 	stopping bool
 	started  bool
 	startAt  time.Time
+	// console delivers the guest's console lines once the start began.
+	console <-chan ConsoleLine
 	// due receives the functions of Site.After when their time comes;
 	// pending are the ones asked for before the domain started.
 	due     chan func()
@@ -113,7 +115,7 @@ func Run(ctx context.Context, cfg Config) Result {
 	if cfg.Crash == nil {
 		cfg.Crash = crash
 	}
-	l := &launch{cfg: cfg, due: make(chan func()), done: make(chan struct{})}
+	l := &lifecycle{cfg: cfg, due: make(chan func()), done: make(chan struct{})}
 	defer func() {
 		close(l.done)
 		for _, t := range l.timers {
@@ -142,18 +144,18 @@ func failed(code launcherapi.ExitCode, reason, format string, args ...any) Resul
 	return Result{Phase: launcherapi.PhaseFailed, Reason: reason, Message: fmt.Sprintf(format, args...), ExitCode: code}
 }
 
-func stopped(message string) Result {
+func stopResult(message string) Result {
 	return Result{Phase: launcherapi.PhaseSucceeded, Reason: launcherapi.ReasonStopped, Message: message, ExitCode: launcherapi.ExitSucceeded}
 }
 
-func (l *launch) fire(f fired) {
-	ev := launcherapi.Event{Time: l.cfg.Clock.Now(), Event: launcherapi.EventFaultFired, Phase: l.phase(), Fault: f.name, Message: f.message, Details: f.details}
+func (l *lifecycle) fire(f fired) {
+	ev := launcherapi.Event{Time: l.cfg.Clock.Now(), Event: launcherapi.EventFaultFired, Phase: l.phase(), Fault: f.name, Message: f.message, Fired: f.details}
 	if err := l.cfg.Events.Emit(ev); err != nil {
 		l.cfg.Log.Error("writing event", "err", err)
 	}
 }
 
-func (l *launch) phase() string {
+func (l *lifecycle) phase() string {
 	if l.running {
 		return launcherapi.PhaseRunning
 	}
@@ -162,7 +164,7 @@ func (l *launch) phase() string {
 
 // after schedules fn on the lifecycle's goroutine, d after the domain
 // start.
-func (l *launch) after(d time.Duration, fn func()) {
+func (l *lifecycle) after(d time.Duration, fn func()) {
 	if !l.started {
 		l.pending = append(l.pending, pendingAfter{d, fn})
 		return
@@ -179,17 +181,32 @@ func (l *launch) after(d time.Duration, fn func()) {
 	}))
 }
 
-func (l *launch) run(ctx context.Context) Result {
-	cfg := l.cfg
-	clk := cfg.Clock
-	timeout := clk.NewTimer(cfg.QemuTimeout)
+// run is the lifecycle from the Scheduled event to the result: connect,
+// define, start, then follow the domain.
+func (l *lifecycle) run(ctx context.Context) Result {
+	clk := l.cfg.Clock
+	timeout := clk.NewTimer(l.cfg.QemuTimeout)
 	defer timeout.Stop()
-	deadline := clk.Now().Add(cfg.QemuTimeout)
+	deadline := clk.Now().Add(l.cfg.QemuTimeout)
+	if res, ok := l.connectAndDefine(ctx); !ok {
+		return res
+	}
+	consoleCtx, stopConsole := context.WithCancel(ctx)
+	defer stopConsole()
+	if res, ok := l.startDomain(ctx, consoleCtx); !ok {
+		return res
+	}
+	return l.follow(ctx, timeout, deadline)
+}
 
+// connectAndDefine opens the hypervisor and defines the domain, with the
+// hooks before each; ok is false when the launch ended with res.
+func (l *lifecycle) connectAndDefine(ctx context.Context) (res Result, ok bool) {
+	cfg := l.cfg
 	l.at(ctx, faults.PointBeforeLibvirt)
 	sess, err := cfg.Open()
 	if err != nil {
-		return failed(launcherapi.ExitLibvirtError, launcherapi.ReasonLibvirtError, "%v", err)
+		return failed(launcherapi.ExitLibvirtError, launcherapi.ReasonLibvirtError, "%v", err), false
 	}
 	l.cleanups = append(l.cleanups, func() {
 		if err := sess.Close(); err != nil {
@@ -198,12 +215,12 @@ func (l *launch) run(ctx context.Context) Result {
 	})
 
 	l.at(ctx, faults.PointBeforeDefine)
-	if err := l.define(ctx); err != nil {
-		return failed(launcherapi.ExitLibvirtError, launcherapi.ReasonLibvirtError, "defining domain %s: %v", cfg.Domain.Name, err)
+	if err := l.defineHooks(ctx); err != nil {
+		return failed(launcherapi.ExitLibvirtError, launcherapi.ReasonLibvirtError, "defining domain %s: %v", cfg.Domain.Name, err), false
 	}
 	dom, err := sess.Define(cfg.Domain)
 	if err != nil {
-		return failed(launcherapi.ExitLibvirtError, launcherapi.ReasonLibvirtError, "%v", err)
+		return failed(launcherapi.ExitLibvirtError, launcherapi.ReasonLibvirtError, "%v", err), false
 	}
 	l.dom = dom
 	l.cleanups = append(l.cleanups, func() {
@@ -214,10 +231,17 @@ func (l *launch) run(ctx context.Context) Result {
 			cfg.Log.Warn("releasing domain", "err", err)
 		}
 	})
+	return Result{}, true
+}
 
+// startDomain runs the start hooks, follows the console from consoleCtx
+// on, holds the start back as the hooks asked, starts QEMU and runs the
+// after-start hooks; ok is false when the launch ended with res.
+func (l *lifecycle) startDomain(ctx, consoleCtx context.Context) (res Result, ok bool) {
+	cfg, clk := l.cfg, l.cfg.Clock
 	l.at(ctx, faults.PointBeforeStart)
 	if ctx.Err() != nil {
-		return stopped("stopped before QEMU started")
+		return stopResult("stopped before QEMU started"), false
 	}
 	var opts StartOptions
 	if cfg.Built != nil {
@@ -226,14 +250,11 @@ func (l *launch) run(ctx context.Context) Result {
 			l.fire(f)
 		}
 	}
-	if err := l.start(ctx, &opts); err != nil {
-		return failed(launcherapi.ExitLibvirtError, launcherapi.ReasonLibvirtError, "starting domain %s: %v", cfg.Domain.Name, err)
+	if err := l.startHooks(ctx, &opts); err != nil {
+		return failed(launcherapi.ExitLibvirtError, launcherapi.ReasonLibvirtError, "starting domain %s: %v", cfg.Domain.Name, err), false
 	}
-	consoleCtx, stopConsole := context.WithCancel(ctx)
-	defer stopConsole()
-	var console <-chan ConsoleLine
 	if cfg.Console != nil {
-		console = cfg.Console(consoleCtx)
+		l.console = cfg.Console(consoleCtx)
 	}
 	if opts.Delay > 0 {
 		t := clk.NewTimer(opts.Delay)
@@ -241,15 +262,15 @@ func (l *launch) run(ctx context.Context) Result {
 		case <-t.C():
 		case <-ctx.Done():
 			t.Stop()
-			return stopped("stopped before QEMU started")
+			return stopResult("stopped before QEMU started"), false
 		}
 	}
 	l.startAt = clk.Now()
-	if err := dom.Start(opts.Paused); err != nil {
-		if dom.QEMUStarted() || isQemuError(err) {
-			return failed(launcherapi.ExitQemuFailed, launcherapi.ReasonQemuFailed, "%v", err)
+	if err := l.dom.Start(opts.Paused); err != nil {
+		if l.dom.QEMUStarted() || isQemuError(err) {
+			return failed(launcherapi.ExitQemuFailed, launcherapi.ReasonQemuFailed, "%v", err), false
 		}
-		return failed(launcherapi.ExitLibvirtError, launcherapi.ReasonLibvirtError, "%v", err)
+		return failed(launcherapi.ExitLibvirtError, launcherapi.ReasonLibvirtError, "%v", err), false
 	}
 	l.started = true
 	for _, p := range l.pending {
@@ -258,33 +279,30 @@ func (l *launch) run(ctx context.Context) Result {
 	l.pending = nil
 	l.at(ctx, faults.PointAfterStart)
 	if err := l.checkRunning(ctx); err != nil {
-		return failed(launcherapi.ExitLibvirtError, launcherapi.ReasonLibvirtError, "%v", err)
+		return failed(launcherapi.ExitLibvirtError, launcherapi.ReasonLibvirtError, "%v", err), false
 	}
+	return Result{}, true
+}
 
+// follow waits on the domain, the start timeout, a stop request, the
+// hooks' timers and the console until the launch ends.
+func (l *lifecycle) follow(ctx context.Context, timeout clock.Timer, deadline time.Time) Result {
+	cfg, dom := l.cfg, l.dom
 	var grace <-chan time.Time
 	stopRequested := ctx.Done()
 	for {
 		select {
 		case <-stopRequested:
 			stopRequested = nil
-			l.stopping = true
-			if !l.running {
-				cfg.Log.Info("stop requested before the domain was running; destroying it")
-				_ = dom.Destroy()
-				return stopped("stopped before the domain was running")
+			res, t, done := l.stop()
+			if done {
+				return res
 			}
-			cfg.Log.Info("stop requested: pressing the ACPI power button", "gracePeriod", cfg.GracePeriod)
-			if err := dom.Shutdown(); err != nil {
-				cfg.Log.Warn("graceful shutdown failed; destroying", "err", err)
-				_ = dom.Destroy()
-				return stopped("stopped: graceful shutdown failed, domain destroyed")
-			}
-			t := clk.NewTimer(cfg.GracePeriod)
 			defer t.Stop()
 			grace = t.C()
 		case <-grace:
 			_ = dom.Destroy()
-			return stopped(fmt.Sprintf("stopped: the guest did not shut down within the %v grace period; domain destroyed", cfg.GracePeriod))
+			return stopResult(fmt.Sprintf("stopped: the guest did not shut down within the %v grace period; domain destroyed", cfg.GracePeriod))
 		case <-timeout.C():
 			if l.running {
 				continue
@@ -294,52 +312,96 @@ func (l *launch) run(ctx context.Context) Result {
 		case fn := <-l.due:
 			fn()
 		case ev := <-dom.Events():
-			cfg.Log.Debug("domain event", "kind", ev.Kind, "reason", ev.Reason)
-			switch ev.Kind {
-			case hypervisor.EventStarted, hypervisor.EventResumed:
-				if err := l.checkRunning(ctx); err != nil {
-					cfg.Log.Warn("reading domain state", "err", err)
-				}
-			case hypervisor.EventCrashed:
-				l.panicked = l.panicked || ev.Panicked
-			case hypervisor.EventShutdown:
-				l.shutdown = true
-			case hypervisor.EventStopped:
-				return l.stopped(ev)
+			if res, done := l.domainEvent(ctx, ev); done {
+				return res
 			}
 		case ws := <-dom.Exited():
-			// A QEMU that died of a signal without libvirt having reported a
-			// guest shutdown or crash first was killed from outside (or
-			// crashed itself): say so now rather than after libvirt's own
-			// clean-up, which polls a dying process every 200 ms. A clean
-			// exit is libvirt's doing; its Stopped event follows.
-			if ws.Signaled() && !l.panicked && !l.shutdown {
-				cfg.Log.Debug("QEMU died", "signal", ws.Signal())
-				if l.killed == "" {
-					l.killed = signalName(ws.Signal())
-				}
-				return l.stopped(hypervisor.Event{Kind: hypervisor.EventStopped, Reason: hypervisor.StopFailed})
+			if res, done := l.qemuExited(ws); done {
+				return res
 			}
-		case line, ok := <-console:
+		case line, ok := <-l.console:
 			if !ok {
-				console = nil
+				l.console = nil
 				continue
 			}
-			cfg.Log.Debug("console", "line", line.Text)
-			if !l.ready && cfg.ReadyMarker != "" && strings.Contains(line.Text, cfg.ReadyMarker) {
-				l.ready = true
-				ev := launcherapi.Event{Time: line.At, Event: launcherapi.EventGuestReady, Phase: l.phase(), Message: line.Text}
-				if err := cfg.Events.Emit(ev); err != nil {
-					cfg.Log.Error("writing event", "err", err)
-				}
-			}
+			l.consoleLine(line)
 		}
+	}
+}
+
+// stop answers a stop request: destroy a domain that is not running yet,
+// else press the ACPI power button and arm the grace period's timer t.
+// done is true when the launch ended with res.
+func (l *lifecycle) stop() (res Result, t clock.Timer, done bool) {
+	cfg, dom := l.cfg, l.dom
+	l.stopping = true
+	if !l.running {
+		cfg.Log.Info("stop requested before the domain was running; destroying it")
+		_ = dom.Destroy()
+		return stopResult("stopped before the domain was running"), nil, true
+	}
+	cfg.Log.Info("stop requested: pressing the ACPI power button", "gracePeriod", cfg.GracePeriod)
+	if err := dom.Shutdown(); err != nil {
+		cfg.Log.Warn("graceful shutdown failed; destroying", "err", err)
+		_ = dom.Destroy()
+		return stopResult("stopped: graceful shutdown failed, domain destroyed"), nil, true
+	}
+	return Result{}, cfg.Clock.NewTimer(cfg.GracePeriod), false
+}
+
+// domainEvent takes in one event of the domain; done is true when the
+// domain stopped and the launch ended with res.
+func (l *lifecycle) domainEvent(ctx context.Context, ev hypervisor.Event) (res Result, done bool) {
+	l.cfg.Log.Debug("domain event", "kind", ev.Kind, "reason", ev.Reason)
+	switch ev.Kind {
+	case hypervisor.EventStarted, hypervisor.EventResumed:
+		if err := l.checkRunning(ctx); err != nil {
+			l.cfg.Log.Warn("reading domain state", "err", err)
+		}
+	case hypervisor.EventCrashed:
+		l.panicked = l.panicked || ev.Panicked
+	case hypervisor.EventShutdown:
+		l.shutdown = true
+	case hypervisor.EventStopped:
+		return l.domainStopped(ev), true
+	}
+	return Result{}, false
+}
+
+// qemuExited takes in QEMU's exit status. A QEMU that died of a signal
+// without libvirt having reported a guest shutdown or crash first was
+// killed from outside (or crashed itself): say so now rather than after
+// libvirt's own clean-up, which polls a dying process every 200 ms. A
+// clean exit is libvirt's doing; its Stopped event follows.
+func (l *lifecycle) qemuExited(ws syscall.WaitStatus) (res Result, done bool) {
+	if !ws.Signaled() || l.panicked || l.shutdown {
+		return Result{}, false
+	}
+	l.cfg.Log.Debug("QEMU died", "signal", ws.Signal())
+	if l.killed == "" {
+		l.killed = signalName(ws.Signal())
+	}
+	return l.domainStopped(hypervisor.Event{Kind: hypervisor.EventStopped, Reason: hypervisor.StopFailed}), true
+}
+
+// consoleLine emits GuestReady the first time the console shows the
+// ready marker.
+func (l *lifecycle) consoleLine(line ConsoleLine) {
+	cfg := l.cfg
+	cfg.Log.Debug("console", "line", line.Text)
+	if l.ready || cfg.ReadyMarker == "" || !strings.Contains(line.Text, cfg.ReadyMarker) {
+		return
+	}
+	l.ready = true
+	ev := launcherapi.Event{Time: line.At, Event: launcherapi.EventGuestReady, Phase: l.phase(), Message: line.Text}
+	if err := cfg.Events.Emit(ev); err != nil {
+		cfg.Log.Error("writing event", "err", err)
 	}
 }
 
 // checkRunning emits Running the first time the domain is seen running,
 // then runs the after-running hooks.
-func (l *launch) checkRunning(ctx context.Context) error {
+func (l *lifecycle) checkRunning(ctx context.Context) error {
 	if l.running {
 		return nil
 	}
@@ -349,11 +411,8 @@ func (l *launch) checkRunning(ctx context.Context) error {
 	}
 	l.running = true
 	now := l.cfg.Clock.Now()
-	details := map[string]any{"startSeconds": now.Sub(l.startAt).Seconds()}
-	for k, v := range l.cfg.RunningDetails {
-		details[k] = v
-	}
-	ev := launcherapi.Event{Time: now, Event: launcherapi.EventRunning, Phase: launcherapi.PhaseRunning, Details: details}
+	details := &launcherapi.RunningDetails{StartSeconds: now.Sub(l.startAt).Seconds(), Ports: l.cfg.Ports}
+	ev := launcherapi.Event{Time: now, Event: launcherapi.EventRunning, Phase: launcherapi.PhaseRunning, Running: details}
 	if err := l.cfg.Events.Emit(ev); err != nil {
 		l.cfg.Log.Error("writing event", "err", err)
 	}
@@ -361,9 +420,10 @@ func (l *launch) checkRunning(ctx context.Context) error {
 	return nil
 }
 
-func (l *launch) stopped(ev hypervisor.Event) Result {
+// domainStopped is the launch's result once the domain stopped.
+func (l *lifecycle) domainStopped(ev hypervisor.Event) Result {
 	if l.stopping && l.killed != signalName(syscall.SIGKILL) {
-		return stopped("stopped: the guest shut down within the grace period")
+		return stopResult("stopped: the guest shut down within the grace period")
 	}
 	if l.stopping {
 		// QEMU was SIGKILLed from outside while the guest was shutting

@@ -299,7 +299,7 @@ func (r *rig) end(reason string, code launcherapi.ExitCode, msg string) launcher
 func (r *rig) crash(at string) {
 	r.t.Helper()
 	fired := r.event(launcherapi.EventFaultFired)
-	if fired.Fault != "launcher-crash" || fired.Details["at"] != at {
+	if fired.Fault != "launcher-crash" || fired.Fired == nil || fired.Fired.At != at {
 		r.t.Fatalf("FaultFired %+v, want launcher-crash at %s", fired, at)
 	}
 	select {
@@ -476,7 +476,7 @@ func TestFaultAtEveryPoint(t *testing.T) {
 			r.event(launcherapi.EventRunning)
 			r.step(2, 2*time.Second)
 			fired := r.event(launcherapi.EventFaultFired)
-			if fired.Fault != "qemu-kill" || fired.Details["signal"] != "SIGTERM" {
+			if fired.Fault != "qemu-kill" || fired.Fired == nil || fired.Fired.Signal != "SIGTERM" {
 				t.Errorf("FaultFired %+v", fired)
 			}
 			r.waitUntil("the kill", func() bool { return r.dom.called("kill SIGTERM") })
@@ -546,10 +546,11 @@ func TestEmitter(t *testing.T) {
 	var b strings.Builder
 	e := NewEmitter(&b, launcherapi.FormatText, launcherapi.Event{VMI: "v", Namespace: "ns"})
 	at := time.Date(2026, 1, 2, 3, 4, 5, 123456789, time.FixedZone("x", 3600))
-	if err := e.Emit(launcherapi.Event{Time: at, Event: launcherapi.EventRunning, Phase: launcherapi.PhaseRunning, Details: map[string]any{"startSeconds": 0.5}}); err != nil {
+	if err := e.Emit(launcherapi.Event{Time: at, Event: launcherapi.EventRunning, Phase: launcherapi.PhaseRunning,
+		Running: &launcherapi.RunningDetails{StartSeconds: 0.5, Ports: []launcherapi.PortForward{{Interface: "default", Protocol: "TCP", GuestPort: 80, HostAddress: "127.0.0.1", HostPort: 40123}}}}); err != nil {
 		t.Fatal(err)
 	}
-	if got := b.String(); got != "02:04:05.123  Running     ns/v  startSeconds=0.5\n" {
+	if got := b.String(); got != `02:04:05.123  Running     ns/v  ports=[{"guestPort":80,"hostIP":"127.0.0.1","hostPort":40123,"interface":"default","name":"","protocol":"TCP"}]  startSeconds=0.5`+"\n" {
 		t.Fatalf("text line = %q", got)
 	}
 	sink := make(eventSink, 1)

@@ -3,6 +3,8 @@
 // the functional suites, the benchmarks): the event lines it writes, its
 // phases and reasons, its exit codes, its command line, the layout of a
 // launch folder, the QEMU start timeout with its one draw, and the seed.
+// What the launcher's own stages hand each other is not here but in
+// internal/launchplan.
 //
 // It is written once and imported by both sides, in the pattern of
 // KubeVirt's pkg/handler-launcher-com and Nomad's plugins/drivers. It is a
@@ -11,26 +13,18 @@
 //
 // # Events
 //
-// One JSON object per line on the launcher's stdout (Event): time (RFC
-// 3339, nanoseconds, UTC), event, vmi, namespace, uid, phase, attempt, and
-// reason, message and exitCode on the final event. Event names: Scheduled,
+// One JSON object per line on the launcher's stdout (Event): version
+// (EventVersion; a reader refuses another), time (RFC 3339, nanoseconds,
+// UTC), event, vmi, namespace, uid, phase, attempt, reason, message and
+// exitCode on the final event, and the typed values of Scheduled, Running
+// and FaultFired events. Event names: Scheduled,
 // FaultFired, Running, GuestReady, Succeeded, Failed. Running means QEMU is
 // up and the vCPUs run (KubeVirt's meaning), not that the guest booted;
 // GuestReady is the guest's readiness marker on the serial console.
 //
 // # Exit codes
 //
-//	0  Succeeded          the guest powered off, or SIGTERM/SIGINT stopped it
-//	1  Failed             InternalError: an unexpected error in the launcher
-//	2  (none)             Go panic, including --simulate-crash; no final event
-//	3  (none)             usage: bad flag or value; nothing started
-//	4  (none)             the manifest is missing or unreadable; nothing started
-//	5  (none)             the manifest is not a runnable VMI (or a bad fault annotation)
-//	10 Failed             QemuStartTimeout
-//	11 Failed             LibvirtError: connect, define or start failed
-//	12 Failed             QemuFailed: QEMU exited before the domain was running
-//	13 Failed             VMCrashed or GuestPanicked after Running
-//
-// ExitCodes is the same table as data; the README's copy is tested against
-// it.
+// ExitCodes is the exit code table: each code, the phase and reasons of
+// the final event that comes with it, and what it means. The README's
+// copy is tested against it.
 package launcherapi

@@ -8,18 +8,20 @@ import (
 // ExitCode is the documented exit status of virt-launcher.
 type ExitCode int
 
-// The exit codes of virt-launcher.
+// The exit codes of virt-launcher. What each means, and the final event
+// it comes with, is written once: the table ExitCodes returns (the README's copy is
+// ExitCodeMarkdown, and a test keeps them equal).
 const (
-	ExitSucceeded        ExitCode = 0  // phase Succeeded: the guest powered off, or it was stopped on request
-	ExitInternal         ExitCode = 1  // phase Failed: an unexpected error in the launcher itself
-	ExitPanic            ExitCode = 2  // the launcher panicked (Go runtime), including --simulate-crash; no final event
-	ExitUsage            ExitCode = 3  // bad flags or flag values; nothing started
-	ExitInputUnreadable  ExitCode = 4  // the manifest file is missing or unreadable; nothing started
-	ExitInvalidManifest  ExitCode = 5  // the manifest is not a VMI the launcher can run (or a fault annotation is bad); nothing started
-	ExitQemuStartTimeout ExitCode = 10 // phase Failed, reason QemuStartTimeout: the domain was not running within the start timeout
-	ExitLibvirtError     ExitCode = 11 // phase Failed, reason LibvirtError: libvirt refused to connect, define or start
-	ExitQemuFailed       ExitCode = 12 // phase Failed, reason QemuFailed: QEMU exited before the domain was running
-	ExitVMCrashed        ExitCode = 13 // phase Failed, reason VMCrashed or GuestPanicked: QEMU died or the guest panicked after Running
+	ExitSucceeded        ExitCode = 0
+	ExitInternal         ExitCode = 1
+	ExitPanic            ExitCode = 2
+	ExitUsage            ExitCode = 3
+	ExitInputUnreadable  ExitCode = 4
+	ExitInvalidManifest  ExitCode = 5
+	ExitQemuStartTimeout ExitCode = 10
+	ExitLibvirtError     ExitCode = 11
+	ExitQemuFailed       ExitCode = 12
+	ExitVMCrashed        ExitCode = 13
 )
 
 // ExitCodeInfo documents one exit code.
@@ -48,16 +50,6 @@ func ExitCodes() []ExitCodeInfo {
 		{ExitQemuFailed, PhaseFailed, []string{ReasonQemuFailed}, "QEMU exited before the domain was running (refused its configuration, or was killed)"},
 		{ExitVMCrashed, PhaseFailed, []string{ReasonVMCrashed, ReasonGuestPanicked}, "QEMU died or the guest kernel panicked after the domain was running"},
 	}
-}
-
-// Info returns the table row of c, and whether c is a documented code.
-func (c ExitCode) Info() (ExitCodeInfo, bool) {
-	for _, row := range ExitCodes() {
-		if row.Code == c {
-			return row, true
-		}
-	}
-	return ExitCodeInfo{}, false
 }
 
 // ExitCodeMarkdown renders the exit code table for the README.

@@ -4,7 +4,8 @@
 // KubeVirt's defaults, parses its faults, chooses the accelerator, makes
 // the per-VMI folder and the files the domain needs (containerDisks,
 // cloud-init, claims), starts the reaper, converts the VMI to a domain and
-// hands all of it as a launcherapi.RunPlan to the runner, which it execs in
+// hands all of it, with the command line the front parsed and the fault
+// plan it parsed, as a launchplan.RunPlan to the runner, which it execs in
 // the same process. So the process that holds libvirt while the guest
 // runs carries none of the Kubernetes, KubeVirt and container-image code,
 // and the conversion's memory is gone before the guest starts.
@@ -23,6 +24,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/crashloop-harness/crashloop/internal/launchplan"
 	"github.com/crashloop-harness/crashloop/pkg/containerdisk"
 	"github.com/crashloop-harness/crashloop/pkg/converter"
 	"github.com/crashloop-harness/crashloop/pkg/faults"
@@ -34,13 +36,9 @@ import (
 
 // Options are one launch to prepare.
 type Options struct {
-	// Argv is the launcher's command line after the program name.
-	Argv []string
-	// ImageDir is the image folder when --image-dir is not given.
-	ImageDir string
-	// Stdin is read for the manifest "-"; Stderr receives the messages
-	// for bad input and the reaper's log.
-	Stdin  io.Reader
+	// Request is what the light front parsed and read.
+	Request launchplan.Request
+	// Stderr receives the messages for bad input and the reaper's log.
 	Stderr io.Writer
 	// FrontExe is the light front, virt-launcher, which runs the reaper.
 	FrontExe string
@@ -50,7 +48,7 @@ type Options struct {
 // reaper it holds until the runner takes them over.
 type Prepared struct {
 	// Plan is what the runner receives; Exec fills in Reaper.
-	Plan   launcherapi.RunPlan
+	Plan   launchplan.RunPlan
 	reaper *watchdog.Client
 	log    *slog.Logger
 }
@@ -60,23 +58,9 @@ type Prepared struct {
 // code, after it printed why and removed what it had made. Cancelling ctx
 // (SIGTERM while a containerDisk is extracted) ends it early.
 func Prepare(ctx context.Context, o Options) (*Prepared, launcherapi.ExitCode) {
-	base := launcherapi.DefaultArgs()
-	base.ImageDir = o.ImageDir
-	a, log, code, ok := launcherapi.Begin(o.Argv, base, o.Stderr)
-	if !ok {
-		return nil, code
-	}
-	if a.SimulateCrash {
-		// KubeVirt's semantics: right after flags and logging, before
-		// anything else exists.
-		launcherapi.SimulatedCrash(log, "--simulate-crash given")
-	}
-	data, input, err := manifest.ReadFile(a.Manifest, o.Stdin)
-	if err != nil {
-		fmt.Fprintf(o.Stderr, "virt-launcher: %v\n", err)
-		return nil, launcherapi.ExitInputUnreadable
-	}
-	vmi, doc, err := manifest.Read(data, input)
+	a, input := o.Request.Args, o.Request.Input
+	log := launchplan.Logger(a, o.Stderr)
+	vmi, doc, err := manifest.Read(o.Request.Manifest, input)
 	if err != nil {
 		fmt.Fprintf(o.Stderr, "virt-launcher: %v\n", err)
 		return nil, launcherapi.ExitInvalidManifest
@@ -88,7 +72,9 @@ func Prepare(ctx context.Context, o Options) (*Prepared, launcherapi.ExitCode) {
 		log.Info("ignored cluster-only fields: "+strings.Join(doc.Ignored, ", "), "input", input)
 	}
 	if faults.WantsSimulatedCrash(vmi.Annotations) {
-		launcherapi.SimulatedCrash(log, "VMI carries "+faults.FailFastAnnotation)
+		// The front saw only a VMI's own annotations; a VirtualMachine's
+		// template carries the VMI's.
+		launchplan.SimulatedCrash(log, "VMI carries "+faults.FailFastAnnotation)
 	}
 	if err := converter.CheckSupported(doc.Raw); err != nil {
 		fmt.Fprintf(o.Stderr, "virt-launcher: %s: %v\n", input, err)
@@ -110,14 +96,14 @@ func Prepare(ctx context.Context, o Options) (*Prepared, launcherapi.ExitCode) {
 		return nil, launcherapi.ExitInvalidManifest
 	}
 	log = log.With("vmi", vmi.Namespace+"/"+vmi.Name)
-	p := &Prepared{log: log, Plan: launcherapi.RunPlan{
-		Argv:               o.Argv,
+	p := &Prepared{log: log, Plan: launchplan.RunPlan{
+		Args:               a,
+		Faults:             plan,
 		Input:              input,
-		VMI:                launcherapi.PlanVMI{Name: vmi.Name, Namespace: vmi.Namespace, UID: string(vmi.UID)},
-		Annotations:        vmi.Annotations,
+		VMI:                launchplan.VMI{Name: vmi.Name, Namespace: vmi.Namespace, UID: string(vmi.UID)},
 		GracePeriodSeconds: vmi.Spec.TerminationGracePeriodSeconds,
 	}}
-	if code, ok := p.prepare(ctx, a, vmi, o); !ok {
+	if code, ok := p.prepare(ctx, vmi, o.FrontExe, o.Stderr); !ok {
 		p.Abandon()
 		return nil, code
 	}
@@ -126,10 +112,10 @@ func Prepare(ctx context.Context, o Options) (*Prepared, launcherapi.ExitCode) {
 
 // prepare makes the launch's folders and files, starts the reaper and
 // converts the VMI; on failure the caller abandons what was made.
-func (p *Prepared) prepare(ctx context.Context, a launcherapi.Args, vmi *v1.VirtualMachineInstance, o Options) (launcherapi.ExitCode, bool) {
-	log := p.log
+func (p *Prepared) prepare(ctx context.Context, vmi *v1.VirtualMachineInstance, frontExe string, stderr io.Writer) (launcherapi.ExitCode, bool) {
+	log, a := p.log, p.Plan.Args
 	usage := func(flag string, err error) (launcherapi.ExitCode, bool) {
-		fmt.Fprintf(o.Stderr, "virt-launcher: %s: %v\n", flag, err)
+		fmt.Fprintf(stderr, "virt-launcher: %s: %v\n", flag, err)
 		return launcherapi.ExitUsage, false
 	}
 	mode, _ := converter.ParseAccel(a.Accel)
@@ -184,7 +170,7 @@ func (p *Prepared) prepare(ctx context.Context, a launcherapi.Args, vmi *v1.Virt
 		// The reaper comes before any file of the domain: whatever happens
 		// to this process (or the runner it becomes) from now on, it
 		// removes the per-VMI folder and any QEMU of the domain.
-		p.reaper, err = watchdog.Start(o.FrontExe, watchdog.Target{Domain: converter.DomainName(vmi), Root: p.Plan.Root, URI: a.LibvirtURI}, o.Stderr)
+		p.reaper, err = watchdog.Start(frontExe, watchdog.Target{Domain: converter.DomainName(vmi), Root: p.Plan.Root, URI: a.LibvirtURI}, stderr)
 		if err != nil {
 			log.Error("starting the reaper", "err", err)
 			return launcherapi.ExitInternal, false
@@ -193,9 +179,9 @@ func (p *Prepared) prepare(ctx context.Context, a launcherapi.Args, vmi *v1.Virt
 	conv, err := converter.Convert(ctx, vmi, converter.DomainOptions{Accel: accel, Images: images, ConsoleLog: consoleLog, ScratchDir: p.Plan.Scratch, ClaimDir: a.ClaimDir})
 	if err != nil {
 		if images == nil {
-			fmt.Fprintf(o.Stderr, "virt-launcher: %s: %v (image folder %s: not readable; build it with `make images` or pass --image-dir)\n", p.Plan.Input, err, a.ImageDir)
+			fmt.Fprintf(stderr, "virt-launcher: %s: %v (image folder %s: not readable; build it with `make images` or pass --image-dir)\n", p.Plan.Input, err, a.ImageDir)
 		} else {
-			fmt.Fprintf(o.Stderr, "virt-launcher: %s: %v\n", p.Plan.Input, err)
+			fmt.Fprintf(stderr, "virt-launcher: %s: %v\n", p.Plan.Input, err)
 		}
 		return launcherapi.ExitInvalidManifest, false
 	}
@@ -247,17 +233,10 @@ func (p *Prepared) Exec(runner string) launcherapi.ExitCode {
 			p.Abandon()
 			return launcherapi.ExitInternal
 		}
-		p.Plan.Reaper = &launcherapi.PlanReaper{PID: p.reaper.PID(), FD: fd}
+		p.Plan.Reaper = &launchplan.Reaper{PID: p.reaper.PID(), FD: fd}
 	}
-	f, err := launcherapi.PlanFile(p.Plan)
-	if err != nil {
-		p.log.Error("handing the launch over", "err", err)
-		p.Abandon()
-		return launcherapi.ExitInternal
-	}
-	err = execRunner(runner, f)
-	p.log.Error("running "+filepath.Base(runner), "err", err)
-	f.Close()
+	err := launchplan.Exec(runner, launchplan.RunFlag, p.Plan)
+	p.log.Error("handing the launch over to "+filepath.Base(runner), "err", err)
 	p.Abandon()
 	return launcherapi.ExitInternal
 }

@@ -122,7 +122,7 @@ func fakePodman(t *testing.T, root string) string {
 	script := `#!/bin/sh
 echo "$*" >> ` + calls + `
 case "$1" in
-run) echo '{"event":"Scheduled"}'; trap 'echo "{\"event\":\"Succeeded\"}"; exit 0' TERM
+run) echo '{"version":1,"event":"Scheduled"}'; trap 'echo "{\"version\":1,\"event\":\"Succeeded\"}"; exit 0' TERM
      echo $$ > ` + root + `/run.pid; while :; do sleep 0.05; done ;;
 kill) [ -f ` + root + `/run.pid ] || { echo "Error: no such container $4" >&2; exit 125; }
      kill -$3 $(cat ` + root + `/run.pid) ;;

@@ -23,6 +23,7 @@ import (
 	"errors"
 	"os/exec"
 	"runtime"
+	"syscall"
 )
 
 // Spawner starts commands from one locked OS thread. Its methods are safe
@@ -31,31 +32,66 @@ type Spawner struct {
 	reqs chan request
 	quit chan struct{}
 	done chan struct{}
+	// tid is the thread's id (set before the first request is served).
+	tid int
 }
 
-// request asks the spawner to start cmd and to send the result to reply.
+// request asks the spawner to run fn on its thread and to send the result
+// to reply.
 type request struct {
-	cmd   *exec.Cmd
+	fn    func() error
 	reply chan error
 }
 
 // New starts a Spawner's goroutine and thread.
 func New() *Spawner {
-	s := &Spawner{reqs: make(chan request), quit: make(chan struct{}), done: make(chan struct{})}
-	go s.loop()
+	s, _ := newSpawner(nil)
 	return s
 }
 
-// loop serves start requests until Close. It returns with its thread still
+// newSpawner starts the goroutine and thread, runs setup on that thread
+// first, and returns its error (with the thread ended) if it fails.
+func newSpawner(setup func() error) (*Spawner, error) {
+	s := &Spawner{reqs: make(chan request), quit: make(chan struct{}), done: make(chan struct{})}
+	ready := make(chan error, 1)
+	go s.loop(setup, ready)
+	if err := <-ready; err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// loop serves requests until Close. It returns with its thread still
 // locked, so the runtime ends that thread; by then the owner has stopped
-// its children, and the parent-death signal only reaches stragglers.
-func (s *Spawner) loop() {
+// its children, and the parent-death signal only reaches stragglers. A
+// thread that setup changed (a network namespace of its own) thus never
+// runs another goroutine.
+func (s *Spawner) loop(setup func() error, ready chan<- error) {
 	runtime.LockOSThread()
+	if syscall.Gettid() == syscall.Getpid() {
+		// The process's main thread, which the runtime never ends (it would
+		// keep setup's change, and /proc/self shows it): hand over to a
+		// goroutine that cannot run here while this one holds the thread.
+		inner := make(chan error, 1)
+		go s.loop(setup, inner)
+		err := <-inner
+		runtime.UnlockOSThread()
+		ready <- err
+		return
+	}
 	defer close(s.done)
+	s.tid = syscall.Gettid()
+	if setup != nil {
+		if err := setup(); err != nil {
+			ready <- err
+			return
+		}
+	}
+	ready <- nil
 	for {
 		select {
 		case r := <-s.reqs:
-			r.reply <- r.cmd.Start()
+			r.reply <- r.fn()
 		case <-s.quit:
 			return
 		}
@@ -68,20 +104,25 @@ func (s *Spawner) loop() {
 func (s *Spawner) Start(spec Spec) (*Process, error) { return start(spec, true, s.startCmd) }
 
 // startCmd starts cmd (as cmd.Start does) on the spawner's thread.
-func (s *Spawner) startCmd(cmd *exec.Cmd) error {
+func (s *Spawner) startCmd(cmd *exec.Cmd) error { return s.Do(cmd.Start) }
+
+// Do runs fn on the spawner's thread and returns its error. fn must not
+// unlock the thread (runtime.UnlockOSThread) and should return soon: the
+// spawner serves one request at a time.
+func (s *Spawner) Do(fn func() error) error {
 	reply := make(chan error, 1)
 	select {
-	case s.reqs <- request{cmd: cmd, reply: reply}:
+	case s.reqs <- request{fn: fn, reply: reply}:
 	case <-s.quit:
 		return errors.New("spawner closed")
 	}
 	return <-reply
 }
 
-// Close ends the spawner's goroutine and with it, as a rule, its thread, so
-// that the parent-death signal reaches children still alive (the runtime
-// keeps the process's main thread, should the goroutine have run there,
-// until the process exits). Owners stop their children before Close.
+// Close ends the spawner's goroutine and with it its thread (never the
+// process's main thread, which the runtime keeps), so that the
+// parent-death signal reaches children still alive. Owners stop their
+// children before Close.
 func (s *Spawner) Close() {
 	close(s.quit)
 	<-s.done

@@ -1,4 +1,4 @@
-package launcherapi
+package launchplan
 
 import "path/filepath"
 

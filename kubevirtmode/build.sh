@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds the KubeVirt-mode entry points of the launcher image into BIN_DIR:
+#   virt-launcher-monitor  ours (cmd/virt-launcher-monitor of this module)
+#   virt-tail              KubeVirt v1.6.0's, built from kubevirt.io/kubevirt
+#   container-disk         KubeVirt v1.6.0's, its C source in the module
+#                          (cmd/container-disk-v2alpha/main.c), linked
+#                          statically as KubeVirt's Bazel rule does
+#
+#   kubevirtmode/build.sh BIN_DIR
+set -euo pipefail
+
+out=${1:?usage: kubevirtmode/build.sh BIN_DIR}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+go=${GO:-go}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+cd "$here"
+"$go" build -ldflags="-s -w" -o "$out/" ./cmd/virt-launcher-monitor kubevirt.io/kubevirt/cmd/virt-tail
+src=$("$go" list -m -f '{{.Dir}}' kubevirt.io/kubevirt)/cmd/container-disk-v2alpha/main.c
+if [[ ! -x $out/container-disk || $src -nt $out/container-disk ]]; then
+	${CC:-gcc} -static -O2 -o "$out/container-disk" "$src"
+fi

@@ -1,0 +1,303 @@
+package monitor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	v1 "kubevirt.io/api/core/v1"
+
+	"kubevirt.io/kubevirt/pkg/virt-launcher/virtwrap/api"
+
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
+)
+
+// Upstream's waitForFinalNotify (cmd/virt-launcher/virt-launcher.go): after
+// the domain ended, the launcher waits 15 s for virt-handler's
+// DeleteVirtualMachine, kills the domain, and waits 30 s more.
+const (
+	finalNotifyWait = 15 * time.Second
+	finalKillWait   = 30 * time.Second
+)
+
+// Monitor is the state of one launcher pod: the VMI it was given, the
+// domain it reports, and the run of our launcher that backs the domain.
+type Monitor struct {
+	f      Flags
+	log    *slog.Logger
+	stderr io.Writer
+	notify *notifier
+	dir    string // parent of the launch folders, one per start
+
+	mu           sync.Mutex
+	vmi          *v1.VirtualMachineInstance
+	domain       *api.Domain
+	cur          *child
+	children     map[int]*child // by PID, for the reaper
+	starts       int
+	running      bool   // cur reached Running
+	everRunning  bool   // some start reached Running
+	startErr     string // why the last start failed before Running
+	killed       bool   // cur was SIGKILLed by Kill or Delete
+	ended        bool   // the domain ended after Running (or was stopped)
+	deleteWanted bool
+	deleted      bool
+	changed      chan struct{} // closed and replaced on every change
+	exit         chan int      // the code the monitor ends with
+	deletedCh    chan struct{}
+	// die ends the process at once with a crashed launcher's code.
+	die func(code int)
+}
+
+// New makes the monitor of one pod; dir holds the launch folders.
+func New(f Flags, dir string, log *slog.Logger, stderr io.Writer) *Monitor {
+	return &Monitor{f: f, log: log, stderr: stderr, dir: dir, notify: newNotifier(f.ShareDir, log),
+		children: map[int]*child{}, changed: make(chan struct{}), exit: make(chan int, 1), deletedCh: make(chan struct{}),
+		die: os.Exit}
+}
+
+// broadcast wakes every waiter; call with mu held.
+func (m *Monitor) broadcast() {
+	close(m.changed)
+	m.changed = make(chan struct{})
+}
+
+// exitWith ends the monitor with code (the first call wins).
+func (m *Monitor) exitWith(code int) {
+	select {
+	case m.exit <- code:
+	default:
+	}
+}
+
+// Sync is SyncVirtualMachine: the first call starts our launcher on vmi
+// and every call waits until the domain is running (nil) or its start
+// failed (the error virt-handler retries on). It is idempotent: a running
+// or ended domain is left alone, and a failed start is retried.
+func (m *Monitor) Sync(ctx context.Context, vmi *v1.VirtualMachineInstance) error {
+	m.mu.Lock()
+	if m.vmi != nil && m.vmi.UID != vmi.UID {
+		defer m.mu.Unlock()
+		return fmt.Errorf("this launcher pod runs VMI %s/%s (UID %s), not UID %s", m.vmi.Namespace, m.vmi.Name, m.vmi.UID, vmi.UID)
+	}
+	if vmi.Namespace != m.f.Namespace || vmi.Name != m.f.Name {
+		defer m.mu.Unlock()
+		return fmt.Errorf("VMI %s/%s: this launcher pod was started for %s/%s (--namespace, --name)", vmi.Namespace, vmi.Name, m.f.Namespace, m.f.Name)
+	}
+	m.vmi = vmi.DeepCopy()
+	if m.ended || m.deleteWanted {
+		m.mu.Unlock()
+		return nil
+	}
+	if m.cur == nil {
+		m.starts++
+		c, err := startChild(m.f, m.vmi, filepath.Join(m.dir, fmt.Sprintf("start-%d", m.starts)), m.stderr)
+		if err != nil {
+			m.mu.Unlock()
+			return err
+		}
+		m.log.Info("started the launcher", "pid", c.pid(), "start", m.starts)
+		m.cur, m.running, m.startErr, m.killed = c, false, "", false
+		m.children[c.pid()] = c
+		go m.follow(c)
+	}
+	c := m.cur
+	for m.cur == c && !m.running {
+		wait := m.changed
+		m.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the domain to run: %w", ctx.Err())
+		}
+		m.mu.Lock()
+	}
+	defer m.mu.Unlock()
+	if m.running || m.ended {
+		return nil
+	}
+	return errors.New(m.startErr)
+}
+
+// follow turns one launcher run's events into domain events, and its end
+// into the domain's end, a failed start or a launcher crash.
+func (m *Monitor) follow(c *child) {
+	var final *launcherapi.Event
+	for ev := range c.events {
+		m.onEvent(c, ev)
+		if ev.Final() {
+			final = &ev
+		}
+	}
+	ws := <-c.exited
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.children, c.pid())
+	code := ws.ExitStatus()
+	if ws.Signaled() {
+		code = 128 + int(ws.Signal())
+	}
+	switch {
+	case m.killed:
+		m.endDomain(api.Shutoff, api.ReasonDestroyed)
+	case final != nil && (m.running || final.Phase == launcherapi.PhaseSucceeded):
+		state, reason := finalState(*final, m.running)
+		m.endDomain(state, reason)
+	case final != nil:
+		m.startErr = fmt.Sprintf("the domain did not start: %s: %s", final.Reason, final.Message)
+		m.setState(api.Shutoff, api.ReasonFailed)
+	case code == int(launcherapi.ExitUsage) || code == int(launcherapi.ExitInputUnreadable) || code == int(launcherapi.ExitInvalidManifest):
+		m.startErr = fmt.Sprintf("the launcher refused the VMI (exit %d): %s", code, c.tail)
+	default:
+		// A launcher crash: KubeVirt's virt-launcher-monitor ends with its
+		// launcher's exit code, and virt-handler finds the socket dead.
+		// The whole process goes at once, as KubeVirt's does: an RPC in
+		// flight (SyncVirtualMachine) fails with Unavailable, no notice
+		// is flushed.
+		m.log.Error("the launcher crashed", "pid", c.pid(), "exit", code)
+		m.die(code)
+	}
+	if m.cur == c {
+		m.cur, m.running = nil, false
+	}
+	m.broadcast()
+	if m.deleteWanted {
+		m.finishDelete()
+	} else if m.ended {
+		go m.awaitDelete()
+	}
+}
+
+func (m *Monitor) onEvent(c *child, ev launcherapi.Event) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cur != c {
+		return
+	}
+	switch ev.Event {
+	case launcherapi.EventScheduled:
+		if m.domain == nil {
+			m.domain = newDomain(m.vmi, graceSeconds(m.vmi))
+			m.notify.domainEvent(watch.Added, m.domain)
+		}
+		m.setState(api.Shutoff, api.ReasonUnknown)
+	case launcherapi.EventRunning:
+		m.running, m.everRunning = true, true
+		m.setState(api.Running, api.ReasonUnknown)
+		m.broadcast()
+	case launcherapi.EventFaultFired:
+		m.notify.k8sEvent(m.vmi, "Warning", "FaultFired", fmt.Sprintf("%s: %s", ev.Fault, ev.Message))
+	}
+}
+
+// setState changes the domain's state and sends Modified; mu held.
+func (m *Monitor) setState(state api.LifeCycle, reason api.StateChangeReason) {
+	if m.domain == nil {
+		return
+	}
+	m.domain.SetState(state, reason)
+	m.notify.domainEvent(watch.Modified, m.domain)
+}
+
+func (m *Monitor) endDomain(state api.LifeCycle, reason api.StateChangeReason) {
+	m.ended = true
+	m.setState(state, reason)
+}
+
+// awaitDelete is upstream's wait for the final delete notification: the
+// monitor exits 0 when DeleteVirtualMachine came, or after 45 s.
+func (m *Monitor) awaitDelete() {
+	select {
+	case <-m.deletedCh:
+	case <-time.After(finalNotifyWait + finalKillWait):
+		m.log.Info("no DeleteVirtualMachine after the domain ended; exiting")
+		m.exitWith(0)
+	}
+}
+
+// Shutdown is ShutdownVirtualMachine: mark the graceful shutdown in the
+// domain's metadata (deletion timestamp) and press the ACPI power button
+// (our launcher's SIGTERM). It never destroys: virt-handler calls Kill when
+// the grace period is over.
+func (m *Monitor) Shutdown() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.domain == nil || m.ended {
+		return nil
+	}
+	gp := m.domain.Spec.Metadata.KubeVirt.GracePeriod
+	if gp.DeletionTimestamp == nil {
+		now := metav1.Now()
+		gp.DeletionTimestamp = &now
+		marked := true
+		gp.MarkedForGracefulShutdown = &marked
+		m.notify.domainEvent(watch.Modified, m.domain)
+	}
+	if m.cur != nil {
+		m.cur.signal(syscall.SIGTERM)
+	}
+	return nil
+}
+
+// Kill is KillVirtualMachine: destroy the domain now (SIGKILL to our
+// launcher, whose reaper kills QEMU); the domain ends Shutoff/Destroyed.
+func (m *Monitor) Kill() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.killLocked()
+	return nil
+}
+
+func (m *Monitor) killLocked() {
+	if m.cur != nil && !m.killed {
+		m.killed = true
+		m.cur.signal(syscall.SIGKILL)
+	}
+}
+
+// Delete is DeleteVirtualMachine: the domain goes away (killed first if it
+// still runs), the final delete notification is sent, and the monitor
+// exits 0 as KubeVirt's launcher does after it.
+func (m *Monitor) Delete() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.deleteWanted = true
+	if m.cur != nil {
+		m.killLocked()
+		return nil
+	}
+	m.finishDelete()
+	return nil
+}
+
+func (m *Monitor) finishDelete() {
+	if m.deleted {
+		return
+	}
+	m.deleted = true
+	if m.domain != nil {
+		markDeleted(m.domain, metav1.Now())
+		m.notify.domainEvent(watch.Modified, m.domain)
+	}
+	close(m.deletedCh)
+	m.exitWith(0)
+}
+
+// Domain is GetDomain's answer: a copy of the domain, nil when there is none.
+func (m *Monitor) Domain() *api.Domain {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.domain == nil || m.deleted {
+		return nil
+	}
+	return m.domain.DeepCopy()
+}

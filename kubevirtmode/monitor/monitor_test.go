@@ -1,0 +1,143 @@
+package monitor
+
+import (
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	v1 "kubevirt.io/api/core/v1"
+
+	"kubevirt.io/kubevirt/pkg/virt-launcher/virtwrap/api"
+
+	"github.com/crashloop-harness/crashloop/pkg/faults"
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
+)
+
+// rendered is the compute command line virt-controller v1.6.0 renders
+// (pkg/virt-controller/services/template.go), with every optional flag.
+var rendered = []string{
+	"--qemu-timeout", "263s", "--name", "vm1", "--uid", "0b8a", "--namespace", "ns",
+	"--kubevirt-share-dir", "/var/run/kubevirt", "--ephemeral-disk-dir", "/var/run/kubevirt-ephemeral-disks",
+	"--container-disk-dir", "/var/run/kubevirt/container-disks", "--grace-period-seconds", "45",
+	"--hook-sidecars", "0", "--ovmf-path", "/usr/share/OVMF", "--disk-memory-limit", "2097152000",
+	"--run-as-nonroot", "--image-volume", "--libvirt-log-filters", "3:remote 4:event",
+	"--allow-emulation", "--keep-after-failure", "--simulate-crash",
+}
+
+func TestParseFlagsAcceptsTheRenderedCommandLine(t *testing.T) {
+	f, err := ParseFlags(rendered, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.QemuTimeout != 263*time.Second || f.Name != "vm1" || f.UID != "0b8a" || f.Namespace != "ns" ||
+		f.GracePeriod() != 45*time.Second || !f.AllowEmulation || !f.KeepAfterFailure || !f.SimulateCrash || !f.RunAsNonRoot {
+		t.Fatalf("parsed %+v", f)
+	}
+}
+
+func TestParseFlagsNamesWhatIsWrong(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--name", "a", "--uid", "u"}, "--namespace is required"},
+		{append(append([]string{}, rendered...), "--hook-sidecars", "1"), "--hook-sidecars 1: hook sidecars are not supported"},
+		{append(append([]string{}, rendered...), "--qemu-timeout", "0s"), "--qemu-timeout 0s: want a positive duration"},
+		{append(append([]string{}, rendered...), "--no-such-flag"), "unknown flag: --no-such-flag"},
+		{append(append([]string{}, rendered...), "vmi.yaml"), "takes flags only"},
+	} {
+		_, err := ParseFlags(tc.args, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: got %v, want an error with %q", tc.args[len(tc.args)-2:], err, tc.want)
+		}
+	}
+}
+
+func TestLauncherArgsAskForKVMUnlessEmulationIsAllowed(t *testing.T) {
+	f, err := ParseFlags(rendered[:len(rendered)-3], io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := launcherapi.ParseArgs(f.launcherArgs("/x/vmi.json", "/x/console.log"), launcherapi.DefaultArgs(), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Accel != launcherapi.AccelKVM || a.StartTimeout != launcherapi.FixedStartTimeout(263*time.Second) || a.Manifest != "/x/vmi.json" {
+		t.Fatalf("launcher args %+v", a)
+	}
+	f.AllowEmulation = true
+	if a, _ := launcherapi.ParseArgs(f.launcherArgs("/x/vmi.json", ""), launcherapi.DefaultArgs(), io.Discard); a.Accel != launcherapi.AccelAuto {
+		t.Fatalf("--allow-emulation: accel %q, want auto", a.Accel)
+	}
+}
+
+func TestFinalStateGivesVirtHandlersPhase(t *testing.T) {
+	ev := func(phase, reason, msg string) launcherapi.Event {
+		return launcherapi.Event{Event: phase, Phase: phase, Reason: reason, Message: msg}
+	}
+	for _, tc := range []struct {
+		ev      launcherapi.Event
+		running bool
+		state   api.LifeCycle
+		reason  api.StateChangeReason
+	}{
+		{ev(launcherapi.PhaseSucceeded, launcherapi.ReasonGuestShutdown, ""), true, api.Shutoff, api.ReasonShutdown},
+		{ev(launcherapi.PhaseSucceeded, launcherapi.ReasonStopped, "stopped: the guest powered off"), true, api.Shutoff, api.ReasonShutdown},
+		{ev(launcherapi.PhaseSucceeded, launcherapi.ReasonStopped, "stopped: the guest did not shut down within the 10s grace period; domain destroyed"), true, api.Shutoff, api.ReasonDestroyed},
+		{ev(launcherapi.PhaseFailed, launcherapi.ReasonVMCrashed, ""), true, api.Shutoff, api.ReasonCrashed},
+		{ev(launcherapi.PhaseFailed, launcherapi.ReasonGuestPanicked, ""), true, api.Crashed, api.ReasonPanicked},
+		{ev(launcherapi.PhaseFailed, launcherapi.ReasonInternalError, ""), true, api.Shutoff, api.ReasonCrashed},
+		{ev(launcherapi.PhaseFailed, launcherapi.ReasonLibvirtError, ""), false, api.Shutoff, api.ReasonFailed},
+		{ev(launcherapi.PhaseFailed, launcherapi.ReasonQemuStartTimeout, ""), false, api.Shutoff, api.ReasonFailed},
+	} {
+		state, reason := finalState(tc.ev, tc.running)
+		if state != tc.state || reason != tc.reason {
+			t.Errorf("%s %s %q running=%v: got %s/%s, want %s/%s", tc.ev.Phase, tc.ev.Reason, tc.ev.Message, tc.running, state, reason, tc.state, tc.reason)
+		}
+	}
+}
+
+func TestManifestLeavesOutStatusServerFieldsAndTheFailFastAnnotation(t *testing.T) {
+	vmi := &v1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", UID: "u", ResourceVersion: "7",
+		Annotations: map[string]string{faults.FailFastAnnotation: "", faults.AnnotationPrefix + "qemu-hang": ""}},
+		Status: v1.VirtualMachineInstanceStatus{Phase: v1.Scheduled}}
+	data, err := manifestFor(vmi)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(data)
+	for _, bad := range []string{faults.FailFastAnnotation, "resourceVersion", "Scheduled", "status"} {
+		if strings.Contains(s, bad) {
+			t.Errorf("manifest has %q: %s", bad, s)
+		}
+	}
+	if !strings.Contains(s, faults.AnnotationPrefix+"qemu-hang") {
+		t.Errorf("manifest lost the fault annotation: %s", s)
+	}
+}
+
+func TestNewDomainCarriesTheVMIsUIDAndGracePeriod(t *testing.T) {
+	grace := int64(12)
+	vmi := &v1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", UID: "u-1"},
+		Spec: v1.VirtualMachineInstanceSpec{TerminationGracePeriodSeconds: &grace}}
+	d := newDomain(vmi, graceSeconds(vmi))
+	if d.ObjectMeta.UID != "u-1" || d.Spec.Metadata.KubeVirt.UID != "u-1" || d.Spec.Name != "ns_a" ||
+		d.Spec.Metadata.KubeVirt.GracePeriod.DeletionGracePeriodSeconds != 12 || d.Status.Status != api.Shutoff {
+		t.Fatalf("domain %+v", d)
+	}
+	if g := graceSeconds(&v1.VirtualMachineInstance{}); g != 30 {
+		t.Fatalf("default grace %d, want 30", g)
+	}
+}
+
+func TestLastLineKeepsTheLastCompleteLine(t *testing.T) {
+	var l lastLine
+	for _, w := range []string{"first\n", "sec", "ond\n\n  \n", "partial"} {
+		_, _ = l.Write([]byte(w))
+	}
+	if got := l.String(); got != "second" {
+		t.Fatalf("last line %q, want second", got)
+	}
+}

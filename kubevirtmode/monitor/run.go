@@ -1,0 +1,164 @@
+package monitor
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+
+	"kubevirt.io/kubevirt/pkg/handler-launcher-com/cmd/info"
+	cmdv1 "kubevirt.io/kubevirt/pkg/handler-launcher-com/cmd/v1"
+	grpcutil "kubevirt.io/kubevirt/pkg/util/net/grpc"
+	cmdclient "kubevirt.io/kubevirt/pkg/virt-handler/cmd-client"
+
+	"github.com/crashloop-harness/crashloop/internal/launchplan"
+)
+
+// Run is the whole compute process: serve the command socket, mark it
+// ready, and end with the monitor's exit code (0 after the final delete
+// notification; the launcher's code when it crashed).
+func Run(ctx context.Context, f Flags, log *slog.Logger, stderr io.Writer) (int, error) {
+	if f.SimulateCrash {
+		// cmd/virt-launcher/virt-launcher.go: before any socket exists.
+		launchplan.SimulatedCrash(log, "--simulate-crash")
+	}
+	// PID 1 of the compute container, or a subreaper: QEMU (daemonized by
+	// libvirt) and our launcher's reaper end up as our children.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return 1, fmt.Errorf("becoming a child subreaper: %w", err)
+	}
+	m := New(f, filepath.Join(f.EphemeralDiskDir, "crashloop"), log, stderr)
+	go m.reap()
+
+	cmdclient.SetBaseDir(f.ShareDir)
+	initSock, readySock := cmdclient.UninitializedSocketOnGuest(), cmdclient.SocketOnGuest()
+	if err := os.MkdirAll(filepath.Dir(initSock), 0o755); err != nil {
+		return 1, fmt.Errorf("making the socket folder: %w", err)
+	}
+	lis, err := grpcutil.CreateSocket(initSock)
+	if err != nil {
+		return 1, fmt.Errorf("listening on %s: %w", initSock, err)
+	}
+	srv := grpc.NewServer()
+	info.RegisterCmdInfoServer(srv, infoServer{})
+	cmdv1.RegisterCmdServer(srv, &server{m: m})
+	go func() { _ = srv.Serve(lis) }()
+	m.die = func(code int) {
+		if f.KeepAfterFailure {
+			// cmd/virt-launcher-monitor: the launcher is gone, the
+			// container stays for debugging.
+			srv.Stop()
+			log.Info("keeping the container alive since --keep-after-failure is set", "exit", code)
+			select {}
+		}
+		os.Exit(code)
+	}
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+
+	if err := os.Rename(initSock, readySock); err != nil {
+		return 1, fmt.Errorf("marking the launcher ready (%s → %s): %w", initSock, readySock, err)
+	}
+	log.Info("marked as ready", "socket", readySock)
+	timer := time.AfterFunc(f.QemuTimeout, m.startTimedOut)
+	defer timer.Stop()
+
+	var code int
+	select {
+	case code = <-m.exit:
+	case s := <-sigs:
+		log.Info("received signal", "signal", s.String())
+		code = m.stopOnSignal(sigs)
+	case <-ctx.Done():
+		code = 1
+	}
+	stopServer(srv, readySock)
+	m.notify.closeWithin(5 * time.Second)
+	return code, nil
+}
+
+// startTimedOut is upstream's waitForDomainUUID timeout: a launcher whose
+// domain never ran within --qemu-timeout panics (exit 2).
+func (m *Monitor) startTimedOut() {
+	m.mu.Lock()
+	ran := m.everRunning || m.ended || m.deleteWanted
+	m.mu.Unlock()
+	if !ran {
+		panic(fmt.Errorf("timed out waiting for domain to be defined"))
+	}
+}
+
+// stopOnSignal is the pod's deletion: mark the graceful shutdown, press
+// the power button, kill the domain when --grace-period-seconds is over,
+// and exit once the domain is gone (0), as upstream's process monitor.
+func (m *Monitor) stopOnSignal(sigs <-chan os.Signal) int {
+	m.mu.Lock()
+	idle := m.cur == nil
+	m.mu.Unlock()
+	if idle {
+		return 0
+	}
+	_ = m.Shutdown()
+	grace := time.NewTimer(m.f.GracePeriod())
+	defer grace.Stop()
+	for {
+		m.mu.Lock()
+		gone, wait := m.cur == nil, m.changed
+		m.mu.Unlock()
+		if gone {
+			return 0
+		}
+		select {
+		case <-wait:
+		case <-sigs:
+		case <-grace.C:
+			m.log.Info("grace period expired, killing the domain")
+			_ = m.Kill()
+		case code := <-m.exit:
+			return code
+		}
+	}
+}
+
+func stopServer(srv *grpc.Server, sock string) {
+	stopped := make(chan struct{})
+	go func() { srv.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(time.Second):
+		srv.Stop()
+	}
+	_ = os.Remove(sock)
+}
+
+// reap waits for every child and orphan; our launcher's exit status goes
+// to its follower.
+func (m *Monitor) reap() {
+	sigc := make(chan os.Signal, 16)
+	signal.Notify(sigc, syscall.SIGCHLD)
+	for range sigc {
+		for {
+			var ws syscall.WaitStatus
+			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+			if pid <= 0 || err != nil {
+				break
+			}
+			m.mu.Lock()
+			c := m.children[pid]
+			m.mu.Unlock()
+			if c != nil {
+				c.exited <- ws
+			}
+		}
+	}
+}

@@ -1,0 +1,11 @@
+//go:build tools
+
+// Package tools keeps in go.mod the libraries of the KubeVirt v1.6.0
+// programs the launcher image ships and that build.sh builds straight from
+// kubevirt.io/kubevirt (cmd/virt-tail), so that `go mod tidy` leaves them.
+package tools
+
+import (
+	_ "github.com/nxadm/tail"
+	_ "golang.org/x/sync/errgroup"
+)
