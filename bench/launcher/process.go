@@ -1,9 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
+	"github.com/crashloop-harness/crashloop/pkg/procfs"
 	"github.com/crashloop-harness/crashloop/pkg/qemu"
+	"github.com/crashloop-harness/crashloop/pkg/spawn"
 )
 
 // launched is a running launcher whose events are read from its stdout.
@@ -39,15 +41,12 @@ func startLauncher(argv []string) (*launched, error) {
 	}
 	go func() {
 		defer close(l.done)
-		sc := bufio.NewScanner(out)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			at := time.Now()
-			if ev, err := launcherapi.ParseEvent(sc.Bytes()); err == nil {
-				l.events <- ev
-				l.seen <- at
-			}
-		}
+		lines := spawn.NewLineWriter(launcherapi.NewFollower(func(ev launcherapi.Event) {
+			l.events <- ev
+			l.seen <- time.Now()
+		}, nil).Line)
+		_, _ = io.Copy(lines, out)
+		lines.Flush()
 	}()
 	return l, nil
 }
@@ -144,20 +143,8 @@ func descends(n, root int, parent map[int]int) bool {
 }
 
 func ppid(pid int) (int, bool) {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, false
-	}
-	i := strings.LastIndexByte(string(stat), ')')
-	if i < 0 {
-		return 0, false
-	}
-	fields := strings.Fields(string(stat[i+1:]))
-	if len(fields) < 2 {
-		return 0, false
-	}
-	pp, err := strconv.Atoi(fields[1])
-	return pp, err == nil
+	st, err := procfs.ReadStat(pid)
+	return st.PPID, err == nil
 }
 
 func rssKiB(pid int) int {

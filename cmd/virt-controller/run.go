@@ -31,7 +31,7 @@ type runFlags struct {
 	seed                                         launcherapi.Seed
 	maxDelay, giveUpWindow, countRunningWithin   time.Duration
 	qemuTimeout, qemuJitter, watchInterval       time.Duration
-	giveUpAfter, launcherNice, launcherWeight    int
+	giveUpAfter, launcherNice                    int
 	fsync, leaveRunning                          bool
 }
 
@@ -40,8 +40,7 @@ func runController(args []string) error {
 	fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
 	fs.StringVar(&f.stateDir, "state-dir", defaultStateDir(), "state folder (VM status, launcher folders, control socket)")
 	fs.StringVar(&f.launcher, "launcher", "", "virt-launcher binary (default: next to virt-controller, then $PATH)")
-	fs.IntVar(&f.launcherWeight, "launcher-cpu-weight", 0, "run launchers in one CPU cgroup of this cpu.weight (1-10000, the controller has 100; cgroup v1: cpu.shares weight*1024/100) so a crowd of launchers cannot delay the controller's timers (0: no cgroup). Off by default: on cgroup v1 every launcher must be moved into the cgroup, and hundreds of moves a second stall forks and exits machine-wide")
-	fs.IntVar(&f.launcherNice, "launcher-nice", 0, "run launchers (and their QEMU) at this nice value (0: the controller's own); a crowd of launchers outweighs the controller whatever their nice, --launcher-cpu-weight is what keeps them apart")
+	fs.IntVar(&f.launcherNice, "launcher-nice", 0, "run launchers (and their QEMU) at this nice value (0: the controller's own); a crowd of launchers outweighs the controller whatever their nice")
 	fs.StringArrayVar(&f.launcherArgs, "launcher-arg", nil, "extra flag for every virt-launcher, e.g. --launcher-arg=--image-dir=DIR (repeatable)")
 	fs.StringVarP(&f.output, "output", "o", "auto", "auto (live view on a terminal, JSON lines otherwise), live, json, or text (one readable line per event)")
 	fs.Float64Var(&f.timeScale, "time-scale", 1, "multiply every controller-side duration (backoff, QEMU timeout, grace period) by this")
@@ -156,9 +155,6 @@ func (f runFlags) config() (controller.Config, error) {
 	if f.launcherNice < 0 || f.launcherNice > 19 {
 		return cfg, fmt.Errorf("--launcher-nice %d: allowed values are 0 to 19", f.launcherNice)
 	}
-	if f.launcherWeight < 0 || f.launcherWeight > 10000 {
-		return cfg, fmt.Errorf("--launcher-cpu-weight %d: allowed values are 0 (no cgroup) and 1 to 10000", f.launcherWeight)
-	}
 	timeout := launcherapi.StartTimeout{Base: f.qemuTimeout, Jitter: f.qemuJitter}
 	if err := timeout.Validate(); err != nil {
 		return cfg, err
@@ -180,7 +176,7 @@ func (f runFlags) config() (controller.Config, error) {
 	var logOut io.Writer = os.Stderr
 	cfg = controller.Config{
 		StateDir: f.stateDir, Fsync: f.fsync, Policy: policy, Seed: seed,
-		Launcher:      controller.LauncherOptions{Path: launcher, Args: f.launcherArgs, Nice: f.launcherNice, CPUWeight: f.launcherWeight},
+		Launcher:      controller.LauncherOptions{Path: launcher, Args: f.launcherArgs, Nice: f.launcherNice},
 		StartTimeout:  timeout,
 		WatchInterval: f.watchInterval, StopOnExit: !f.leaveRunning,
 		Logger: slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level})),

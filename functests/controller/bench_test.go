@@ -21,6 +21,7 @@ import (
 	"github.com/crashloop-harness/crashloop/functests/ctlharness"
 	"github.com/crashloop-harness/crashloop/functests/testguest"
 	"github.com/crashloop-harness/crashloop/pkg/controller"
+	"github.com/crashloop-harness/crashloop/pkg/procfs"
 )
 
 // BenchmarkCrashLoop1000 runs many VMs (1000 by default) crash-looping
@@ -37,9 +38,8 @@ import (
 // checks in seconds that the benchmark still runs end to end;
 // it runs the binaries of `make build` (CRASHLOOP_BIN_DIR takes them from
 // another folder); CRASHLOOP_BENCH_FSYNC=false
-// turns off fsync of state saves; CRASHLOOP_BENCH_LAUNCHER_NICE (default 0)
-// and CRASHLOOP_BENCH_LAUNCHER_CPU_WEIGHT (default 0: no cgroup), the
-// controller's defaults, set --launcher-nice and --launcher-cpu-weight.
+// turns off fsync of state saves; CRASHLOOP_BENCH_LAUNCHER_NICE (default 0,
+// the controller's default) sets --launcher-nice.
 func BenchmarkCrashLoop1000(b *testing.B) {
 	defVMs, defDuration := 1000, "60s"
 	if testing.Short() {
@@ -53,7 +53,6 @@ func BenchmarkCrashLoop1000(b *testing.B) {
 	}
 	fsync := envString("CRASHLOOP_BENCH_FSYNC", "true")
 	nice := envString("CRASHLOOP_BENCH_LAUNCHER_NICE", "0")
-	weight := envString("CRASHLOOP_BENCH_LAUNCHER_CPU_WEIGHT", "0")
 	built, err := ctlharness.Built()
 	if err != nil {
 		b.Fatal(err)
@@ -61,7 +60,7 @@ func BenchmarkCrashLoop1000(b *testing.B) {
 	binDir := filepath.Dir(built.Controller)
 	b.ResetTimer()
 	for range b.N {
-		r, err := runBench(binDir, b.TempDir(), vms, scale, fsync, nice, weight, duration)
+		r, err := runBench(binDir, b.TempDir(), vms, scale, fsync, nice, duration)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -76,7 +75,6 @@ func BenchmarkCrashLoop1000(b *testing.B) {
 type benchResult struct {
 	vms                     int
 	scale, fsync, nice      string
-	weight                  string
 	duration                time.Duration
 	launches, retries, fail int
 	cpuSeconds, rssPeakMB   float64
@@ -98,10 +96,10 @@ type percentiles struct{ p50, p90, p99, max time.Duration }
 
 func (r benchResult) table() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n| VMs | time scale | fsync | launcher nice | launcher CPU weight | run | launches | retries measured | exits | controller CPU | CPU share of one core | RSS peak | RSS end | threads peak |\n")
-	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-	fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %d | %d | %d | %.1f s | %.0f%% | %.1f MB | %.1f MB | %d |\n\n",
-		r.vms, r.scale, r.fsync, r.nice, r.weight, r.duration, r.launches, r.retries, r.fail, r.cpuSeconds,
+	fmt.Fprintf(&b, "\n| VMs | time scale | fsync | launcher nice | run | launches | retries measured | exits | controller CPU | CPU share of one core | RSS peak | RSS end | threads peak |\n")
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %d | %d | %d | %.1f s | %.0f%% | %.1f MB | %.1f MB | %d |\n\n",
+		r.vms, r.scale, r.fsync, r.nice, r.duration, r.launches, r.retries, r.fail, r.cpuSeconds,
 		100*r.cpuSeconds/r.duration.Seconds(), r.rssPeakMB, r.rssEndMB, r.threadsPeak)
 	fmt.Fprintf(&b, "| retry lateness vs planned time | p50 | p90 | p99 | max |\n|---|---|---|---|---|\n")
 	for _, row := range []struct {
@@ -118,8 +116,8 @@ func (r benchResult) table() string {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }
 
-func runBench(binDir, dir string, vms int, scale, fsync, nice, weight string, duration time.Duration) (benchResult, error) {
-	r := benchResult{vms: vms, scale: scale, fsync: fsync, nice: nice, weight: weight, duration: duration}
+func runBench(binDir, dir string, vms int, scale, fsync, nice string, duration time.Duration) (benchResult, error) {
+	r := benchResult{vms: vms, scale: scale, fsync: fsync, nice: nice, duration: duration}
 	manifest := filepath.Join(dir, "vms.yaml")
 	// The VMs start Halted, so that the controller's goroutines and open
 	// descriptors are counted before any launcher, then run, then are
@@ -139,7 +137,7 @@ func runBench(binDir, dir string, vms int, scale, fsync, nice, weight string, du
 	defer errf.Close()
 	state := filepath.Join(dir, "state")
 	cmd := exec.Command(filepath.Join(binDir, "virt-controller"), "run", "-o", "json",
-		"--state-dir", state, "--seed", "1", "--time-scale", scale, "--fsync="+fsync, "--launcher-nice", nice, "--launcher-cpu-weight", weight,
+		"--state-dir", state, "--seed", "1", "--time-scale", scale, "--fsync="+fsync, "--launcher-nice", nice,
 		"--launcher", filepath.Join(binDir, "virt-launcher"), "--launcher-arg=--simulate-crash",
 		"--launcher-arg=--runtime-dir="+filepath.Join(dir, "run"), manifest)
 	cmd.Stdout, cmd.Stderr = out, errf
@@ -361,14 +359,8 @@ func pct(ds []time.Duration) percentiles {
 
 // procCPU is the process's own user+system CPU time (not its children's).
 func procCPU(pid int) (float64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
-	utime, _ := strconv.ParseFloat(f[11], 64)
-	stime, _ := strconv.ParseFloat(f[12], 64)
-	return (utime + stime) / 100, nil // USER_HZ is 100 on Linux
+	st, err := procfs.ReadStat(pid)
+	return st.CPUSeconds(), err
 }
 
 // procMem reads VmRSS, VmHWM (MB) and the thread count.

@@ -144,6 +144,33 @@ var _ = Describe("virt-controller crash loop", Label("controller"), func() {
 		Eventually(func() int { return failCount(w.status("crashy")) }, 20*time.Second, 50*time.Millisecond).Should(Equal(count + 1))
 	})
 
+	It("adopts a running launcher after kill -9 of the controller, and stops it through the next one", func() {
+		requireImages()
+		m := w.write("steady.yaml", vmSpec{name: "steady", strategy: "Always"}.manifest())
+		args := []string{"--time-scale", scale, "--qemu-timeout", bootTimeout}
+		p := w.startController(args, m)
+		Eventually(func() v1.VirtualMachinePrintableStatus { return w.status("steady").Status.PrintableStatus },
+			120*time.Second, 200*time.Millisecond).Should(Equal(v1.VirtualMachineStatusRunning), func() string { return p.Stderr() })
+		p.Kill9()
+		launcher := w.record("steady").Launcher
+		Expect(launcher).NotTo(BeNil())
+		Expect(launcher.Alive()).To(BeTrue(), "the launcher outlives its controller, as a pod does")
+
+		p2 := w.startController(args, m)
+		Eventually(func() int { return len(p2.Events(controller.EventAdopted, "")) }, 10*time.Second, 20*time.Millisecond).Should(Equal(1))
+		adopted := p2.Events(controller.EventAdopted, "")[0]
+		Expect(adopted.PID).To(Equal(launcher.PID))
+		Expect(adopted.Message).To(ContainSubstring("alive=true"))
+		Expect(w.status("steady").Status.PrintableStatus).To(Equal(v1.VirtualMachineStatusRunning))
+		Expect(p2.Events(controller.EventStarted, "")).To(BeEmpty(), "no second launcher for the adopted VMI")
+
+		_, errs, code := cli("stop", "steady", "--state-dir", w.state)
+		Expect(code).To(Equal(0), errs)
+		Eventually(launcher.Alive, 60*time.Second, 100*time.Millisecond).Should(BeFalse(), "the stop reaches the adopted launcher")
+		Eventually(func() v1.VirtualMachinePrintableStatus { return w.status("steady").Status.PrintableStatus },
+			10*time.Second, 100*time.Millisecond).Should(Equal(v1.VirtualMachineStatusStopped))
+	})
+
 	It("does not restart a VMI that Succeeded under RerunOnFailure", func() {
 		requireImages()
 		m := w.write("job.yaml", vmSpec{name: "job", strategy: "RerunOnFailure", kernelArgs: testguest.KernelArgs + " harness.poweroff=2"}.manifest())

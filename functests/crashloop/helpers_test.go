@@ -1,7 +1,6 @@
 package crashloop_test
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -112,19 +111,7 @@ func (w *workspace) launcherEvents(name string, attempt int) []launcherapi.Event
 	if dir == "" {
 		return nil
 	}
-	f, err := os.Open(launcherapi.Dir(dir).Events())
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var out []launcherapi.Event
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if e, err := launcherapi.ParseEvent(sc.Bytes()); err == nil {
-			out = append(out, e)
-		}
-	}
+	out, _ := launcherapi.ReadEvents(launcherapi.Dir(dir).Events())
 	return out
 }
 

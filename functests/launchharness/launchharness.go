@@ -140,18 +140,15 @@ func (l *Launch) read(stdout io.Reader, logFile *os.File) {
 	if err != nil {
 		ginkgo.GinkgoWriter.Printf("events file: %v\n", err)
 	}
+	follow := launcherapi.NewFollower(func(ev launcherapi.Event) { l.update(func() { l.events = append(l.events, ev) }) },
+		func(_ []byte, err error) { ginkgo.GinkgoWriter.Printf("%s: not an event: %v\n", l.Name, err) })
 	sc := bufio.NewScanner(stdout)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		if file != nil {
 			_, _ = file.Write(append(sc.Bytes(), '\n'))
 		}
-		ev, err := launcherapi.ParseEvent(sc.Bytes())
-		if err != nil {
-			ginkgo.GinkgoWriter.Printf("%s: not an event: %v\n", l.Name, err)
-			continue
-		}
-		l.update(func() { l.events = append(l.events, ev) })
+		follow.Line(sc.Bytes())
 	}
 	if file != nil {
 		file.Close()

@@ -119,12 +119,11 @@ func startChild(f Flags, vmi *v1.VirtualMachineInstance, dir string, stderr io.W
 func (c *child) read(out io.ReadCloser) {
 	defer close(c.events)
 	defer out.Close()
+	follow := launcherapi.NewFollower(func(ev launcherapi.Event) { c.events <- ev }, nil)
 	sc := bufio.NewScanner(out)
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
 	for sc.Scan() {
-		if ev, err := launcherapi.ParseEvent(sc.Bytes()); err == nil {
-			c.events <- ev
-		}
+		follow.Line(sc.Bytes())
 	}
 }
 

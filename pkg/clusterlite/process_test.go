@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crashloop-harness/crashloop/pkg/procfs"
 	"github.com/crashloop-harness/crashloop/pkg/spawn"
 )
 
@@ -33,11 +34,17 @@ func startShell(t *testing.T, dir, script string) *child {
 // returns the members left.
 func awaitGroupGone(t *testing.T, pgid int, d time.Duration) []int {
 	t.Helper()
-	m, err := spawn.WaitGroupGone(pgid, d)
-	if err != nil {
-		t.Fatal(err)
+	deadline := time.Now().Add(d)
+	for {
+		m, err := procfs.GroupMembers(pgid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m) == 0 || time.Now().After(deadline) {
+			return m
+		}
+		time.Sleep(20 * time.Millisecond) // a killed process may still be exiting
 	}
-	return m
 }
 
 func TestChildStop(t *testing.T) {

@@ -17,7 +17,7 @@ func (w *worker) apply(up launcherUpdate) {
 	vmi := w.rec.VMI
 	if vmi == nil || up.uid != vmi.UID {
 		if up.exited && w.rec.Launcher != nil && w.rec.Launcher.UID == up.uid {
-			w.rec.Launcher = nil
+			w.rec.Launcher, w.launcher = nil, nil
 		}
 		return
 	}
@@ -32,7 +32,7 @@ func (w *worker) apply(up launcherUpdate) {
 	if !up.exited {
 		return
 	}
-	w.rec.Launcher = nil
+	w.rec.Launcher, w.launcher = nil, nil
 	w.killAt = time.Time{}
 	w.expect.StopPending = false
 	if !vmi.IsFinal() {

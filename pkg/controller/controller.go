@@ -18,6 +18,7 @@ import (
 
 	"github.com/crashloop-harness/crashloop/pkg/backoff"
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
+	"github.com/crashloop-harness/crashloop/pkg/launchrt"
 )
 
 // Config configures a Controller. Durations are unscaled: the policy's
@@ -47,6 +48,9 @@ type Config struct {
 	// StopOnExit stops live VMIs when the controller is shut down (not when
 	// it is killed); otherwise they are left running and adopted next time.
 	StopOnExit bool
+	// Runtime runs the launchers; nil means bare processes that outlive
+	// the controller (launchrt.Process), adopted again after a restart.
+	Runtime launchrt.Runtime
 	// Clock is the time source; nil means the real clock.
 	Clock clock.WithTicker
 	// Logger receives diagnostics; nil discards them.
@@ -63,6 +67,7 @@ type Controller struct {
 	clock clock.WithTicker
 	log   *slog.Logger
 	store *Store
+	rt    launchrt.Runtime
 
 	mu      sync.RWMutex
 	workers map[Key]*worker
@@ -97,6 +102,10 @@ func New(cfg Config) (*Controller, error) {
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
+	c.rt = cfg.Runtime
+	if c.rt == nil {
+		c.rt = launchrt.Process{Clock: c.clock, Poll: cfg.Launcher.poll()}
+	}
 	store, err := OpenStore(cfg.StateDir, cfg.Fsync)
 	if err != nil {
 		return nil, err
@@ -122,7 +131,6 @@ func (c *Controller) Run(ctx context.Context, manifests []Manifest) error {
 		return err
 	}
 	defer unlock()
-	defer c.launcherCgroup()()
 	for _, m := range manifests {
 		rec, err := c.initialRecord(m)
 		if err != nil {
@@ -135,6 +143,12 @@ func (c *Controller) Run(ctx context.Context, manifests []Manifest) error {
 		return err
 	}
 	defer os.Remove(c.store.SocketPath())
+	// The manifest files are looked at, and the watch's ticker exists,
+	// before the start is reported: a file changed after ControllerStarted
+	// is always seen to change.
+	files := manifestFiles(manifests)
+	tick := c.clock.NewTicker(c.cfg.WatchInterval)
+	defer tick.Stop()
 	if c.cfg.Observer != nil {
 		c.cfg.Observer.Observe(Event{
 			Time: c.clock.Now(), Event: EventControllerStarted, TimeScale: c.timeScale(), Seed: c.cfg.Seed,
@@ -153,7 +167,7 @@ func (c *Controller) Run(ctx context.Context, manifests []Manifest) error {
 	var srvWG sync.WaitGroup
 	srvWG.Add(2)
 	go func() { defer srvWG.Done(); c.serve(srvCtx, ln) }()
-	go func() { defer srvWG.Done(); c.watchManifests(srvCtx, manifests) }()
+	go func() { defer srvWG.Done(); c.watchManifests(srvCtx, tick, files) }()
 	<-ctx.Done()
 	wg.Wait()
 	stopSrv()
@@ -161,30 +175,6 @@ func (c *Controller) Run(ctx context.Context, manifests []Manifest) error {
 	srvWG.Wait()
 	c.log.Info("controller stopped")
 	return nil
-}
-
-// launcherCgroup sets up the launchers' CPU cgroup when Launcher.CPUWeight
-// asks for one, and returns what removes it. Not getting one is never
-// fatal: it is said once, and launchers run beside the controller.
-func (c *Controller) launcherCgroup() (remove func()) {
-	weight := c.cfg.Launcher.CPUWeight
-	if weight <= 0 {
-		return func() {}
-	}
-	g, err := openLauncherCgroup(launcherCgroupName(c.store.Dir()), min(weight, 10000))
-	if err != nil {
-		c.log.Warn("launchers run without a CPU cgroup, so a crowd of them can delay the controller's retries", "err", err)
-		return func() {}
-	}
-	g.warn = c.log.Warn
-	c.cfg.Launcher.cgroup = g
-	c.log.Info("launchers run in a CPU cgroup", "cgroup", g.String())
-	return func() {
-		c.cfg.Launcher.cgroup = nil
-		if err := g.Close(); err != nil {
-			c.log.Warn("launcher cgroup kept (launchers still in it; the next controller on this state folder reuses it)", "err", err)
-		}
-	}
 }
 
 // initialRecord loads m's saved record or makes a new one. A saved record
@@ -295,13 +285,10 @@ type manifestFile struct {
 	invalid string // last error reported, to report each once
 }
 
-// watchManifests polls the manifest files and hands changed VMs to their
-// workers. A file that stops parsing is reported once and otherwise
-// ignored until it parses again; VMs that appear in a file are not picked
-// up until the controller is restarted.
-func (c *Controller) watchManifests(ctx context.Context, initial []Manifest) {
+// manifestFiles is what the manifests' files are like now.
+func manifestFiles(ms []Manifest) map[string]*manifestFile {
 	files := map[string]*manifestFile{}
-	for _, m := range initial {
+	for _, m := range ms {
 		if _, ok := files[m.Path]; !ok {
 			f := &manifestFile{}
 			if st, err := os.Stat(m.Path); err == nil {
@@ -310,8 +297,14 @@ func (c *Controller) watchManifests(ctx context.Context, initial []Manifest) {
 			files[m.Path] = f
 		}
 	}
-	tick := c.clock.NewTicker(c.cfg.WatchInterval)
-	defer tick.Stop()
+	return files
+}
+
+// watchManifests polls the manifest files at every tick and hands changed
+// VMs to their workers. A file that stops parsing is reported once and
+// otherwise ignored until it parses again; VMs that appear in a file are
+// not picked up until the controller is restarted.
+func (c *Controller) watchManifests(ctx context.Context, tick clock.Ticker, files map[string]*manifestFile) {
 	for {
 		select {
 		case <-ctx.Done():

@@ -22,11 +22,13 @@
 //
 // # Launchers are processes, like pods
 //
-// A launcher runs in its own process group with stdout (JSON phase events)
-// and stderr in files of its VMI's folder, not pipes: a SIGKILL of the
-// controller does not take the launcher down, and a restarted controller
-// adopts it by PID (checked against the process start time so a reused PID
-// is never mistaken for it) and goes on reading its events file. A launcher
+// Launchers run through pkg/launchrt, the runtime the node agent shares
+// (bare processes here; unit tests use a fake one). A launcher runs in its
+// own process group with stdout (JSON phase events) and stderr in files of
+// its VMI's folder, not pipes: a SIGKILL of the controller does not take
+// the launcher down, and a restarted controller adopts it by PID (checked
+// against the process start time so a reused PID is never mistaken for
+// it) and goes on reading its events file (launcherapi.Follower). A launcher
 // that exits without a final Succeeded or Failed event crashed; its VMI
 // becomes Failed with reason LauncherCrashed, as KubeVirt does when a pod
 // dies. The controller jitters the QEMU start timeout itself (240 s +
@@ -77,10 +79,5 @@
 // Retries fire on time when the controller's own work per launch stays
 // small, so saving a record allocates no inode (Store.Write) and at most
 // one thread per CPU creates launcher files at once (createSlots); see
-// both for the kernel behaviour that made them necessary. Launchers can
-// also run in one CPU cgroup of low weight (--launcher-cpu-weight, see
-// cgroup.go), so that a crowd of them starting at once cannot delay the
-// controller's timers, yet uses every idle cycle. It is off by default:
-// on cgroup v1 moving hundreds of launchers a second into it stalls forks
-// and exits machine-wide.
+// both for the kernel behaviour that made them necessary.
 package controller

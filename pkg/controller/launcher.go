@@ -1,16 +1,13 @@
 package controller
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
-	"os/exec"
 	"runtime"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -18,6 +15,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
+	"github.com/crashloop-harness/crashloop/pkg/launchrt"
 	"github.com/crashloop-harness/crashloop/pkg/spawn"
 )
 
@@ -29,28 +27,18 @@ type LauncherOptions struct {
 	Args []string
 	// Env is added to the controller's environment for the launcher.
 	Env []string
-	// PollInterval is how often a live launcher's events file and process
-	// are checked; zero means 50 ms.
+	// PollInterval is how often a live launcher's events file is read
+	// (backing off to 8 times while it is quiet) and an adopted launcher
+	// checked; zero means 50 ms.
 	PollInterval time.Duration
 	// Nice, when positive, runs launchers at this lower CPU priority
 	// (through nice(1), so every thread of the launcher has it from its
 	// first instruction), the way a node keeps pods below its system
-	// daemons: a crowd of crash-looping launchers then cannot starve the
-	// controller's timers. Nice alone does not achieve that (CFS weighs
-	// tasks, and a thousand nice-10 launchers outweigh the controller's
+	// daemons. Nice alone does not keep a crowd of crash-looping
+	// launchers from starving the controller's timers (CFS weighs tasks,
+	// and a thousand nice-10 launchers outweigh the controller's
 	// threads), and QEMU inherits it.
 	Nice int
-	// CPUWeight, when positive, runs every launcher in one CPU cgroup of
-	// this cgroup v2 cpu.weight (1 to 10000, where 100 is what the
-	// controller itself has; on cgroup v1 cpu.shares = weight*1024/100,
-	// at least 2), created by Controller.Run and removed when it returns.
-	// Where no cgroup can be made (no cpu controller, no permission) the
-	// controller says so once in its log and runs launchers without one.
-	// On cgroup v1 each launcher has to be moved in after fork; see
-	// cgroup.go for what that costs with hundreds of launches a second.
-	CPUWeight int
-
-	cgroup *launcherCgroup // set by Run when CPUWeight is usable
 }
 
 func (o LauncherOptions) poll() time.Duration {
@@ -60,13 +48,11 @@ func (o LauncherOptions) poll() time.Duration {
 	return o.PollInterval
 }
 
-// LauncherRef identifies a launcher process across controller restarts.
-// StartTicks (field 22 of /proc/PID/stat) tells a reused PID apart.
+// LauncherRef identifies a launcher process across controller restarts
+// (launchrt.Ref: its PID and start time), with what the controller knows
+// of it.
 type LauncherRef struct {
-	// PID is the launcher's process id.
-	PID int `json:"pid"`
-	// StartTicks is the process start time in clock ticks since boot.
-	StartTicks uint64 `json:"startTicks"`
+	launchrt.Ref
 	// Dir holds vmi.json, events.jsonl (stdout) and launcher.log (stderr).
 	Dir string `json:"dir"`
 	// UID is the VMI it runs.
@@ -78,46 +64,6 @@ type LauncherRef struct {
 // Folder is the launcher's launch folder (launcherapi.Dir): its VMI, its
 // events (stdout), its log (stderr) and the guest's console.
 func (r LauncherRef) Folder() launcherapi.Dir { return launcherapi.Dir(r.Dir) }
-
-// Alive reports whether the process is still the one that was started.
-func (r LauncherRef) Alive() bool {
-	ticks, state, err := procStat(r.PID)
-	return err == nil && ticks == r.StartTicks && state != 'Z' && state != 'X'
-}
-
-// Signal sends sig to the launcher if it is still the same process.
-func (r LauncherRef) Signal(sig syscall.Signal) error {
-	if !r.Alive() {
-		return fmt.Errorf("launcher pid %d is gone", r.PID)
-	}
-	if err := syscall.Kill(r.PID, sig); err != nil {
-		return fmt.Errorf("signalling launcher pid %d: %w", r.PID, err)
-	}
-	return nil
-}
-
-// procStat reads the start time and state of pid from /proc.
-func procStat(pid int) (startTicks uint64, state byte, err error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, 0, err
-	}
-	// The command name may hold spaces and parentheses; fields resume after
-	// the last ')'.
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: no ')'", pid)
-	}
-	fields := strings.Fields(string(data[i+1:]))
-	if len(fields) < 20 {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(fields))
-	}
-	ticks, err := strconv.ParseUint(fields[19], 10, 64)
-	if err != nil {
-		return 0, 0, fmt.Errorf("/proc/%d/stat starttime: %w", pid, err)
-	}
-	return ticks, fields[0][0], nil
-}
 
 // launchRequest is one launch of one VMI.
 type launchRequest struct {
@@ -143,39 +89,26 @@ func launcherArgs(o LauncherOptions, r launchRequest) []string {
 }
 
 // startLauncher writes the VMI into a fresh folder and starts virt-launcher
-// on it (spawn.Start: in its own process group, so that a terminal's
-// Ctrl-C or a SIGKILL of the controller does not reach it; a pod outlives
-// its controller too).
-func startLauncher(o LauncherOptions, r launchRequest) (*LauncherRef, *spawn.Process, error) {
+// on it through rt (the process runtime: in its own process group, so
+// that a terminal's Ctrl-C or a SIGKILL of the controller does not reach
+// it; a pod outlives its controller too).
+func startLauncher(ctx context.Context, rt launchrt.Runtime, o LauncherOptions, r launchRequest) (*LauncherRef, launchrt.Launcher, error) {
 	data, err := json.MarshalIndent(r.VMI, "", "  ")
 	if err != nil {
 		return nil, nil, fmt.Errorf("encoding VMI %s: %w", r.VMI.UID, err)
 	}
-	ref := &LauncherRef{Dir: string(r.Dir), UID: r.VMI.UID, StartedAt: r.Now}
 	stdout, stderr, err := createLauncherFiles(r.Dir, data)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer stdout.Close()
 	defer stderr.Close()
-	spec := spawn.Spec{Path: o.Path, Args: launcherArgs(o, r), Env: o.Env, Stdout: stdout, Stderr: stderr}
-	if o.Nice > 0 {
-		if nice, err := exec.LookPath("nice"); err == nil {
-			spec.Path, spec.Args = nice, append([]string{"-n", strconv.Itoa(o.Nice), "--", o.Path}, spec.Args...)
-		}
-	}
-	if o.cgroup != nil {
-		spec.Starter = o.cgroup.start
-	}
-	proc, err := spawn.Start(spec)
+	l, err := rt.Start(ctx, launchrt.Spec{Path: o.Path, Args: launcherArgs(o, r), Env: o.Env, Dir: string(r.Dir),
+		Stdout: stdout, Stderr: stderr, Nice: o.Nice})
 	if err != nil {
 		return nil, nil, err
 	}
-	ref.PID = proc.PID()
-	if ticks, _, err := procStat(ref.PID); err == nil {
-		ref.StartTicks = ticks
-	}
-	return ref, proc, nil
+	return &LauncherRef{Ref: l.Ref(), Dir: string(r.Dir), UID: r.VMI.UID, StartedAt: r.Now}, l, nil
 }
 
 // createSlots bounds how many threads create files at once, one per CPU.
@@ -223,105 +156,54 @@ type launcherUpdate struct {
 	exitDesc string
 }
 
-// eventReader reads whole lines appended to an events file.
-type eventReader struct {
-	f       *os.File
-	partial []byte
-	bad     int
-}
-
-func (er *eventReader) read() []launcherapi.Event {
-	if er.f == nil {
-		return nil
-	}
-	var out []launcherapi.Event
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := er.f.Read(buf)
-		er.partial = append(er.partial, buf[:n]...)
-		if n == 0 || err != nil {
-			break
-		}
-	}
-	for {
-		i := bytes.IndexByte(er.partial, '\n')
-		if i < 0 {
-			break
-		}
-		line := bytes.TrimSpace(er.partial[:i])
-		er.partial = er.partial[i+1:]
-		if len(line) == 0 {
-			continue
-		}
-		if ev, err := launcherapi.ParseEvent(line); err == nil {
-			out = append(out, ev)
-		} else {
-			er.bad++
-		}
-	}
-	return out
-}
-
-// flush returns a final unterminated line, if any, once the writer is gone.
-func (er *eventReader) flush() []launcherapi.Event {
-	out := er.read()
-	if line := bytes.TrimSpace(er.partial); len(line) > 0 {
-		if ev, err := launcherapi.ParseEvent(line); err == nil {
-			out = append(out, ev)
-		}
-		er.partial = nil
-	}
-	return out
-}
-
 // watchLauncher follows one launcher until it exits or ctx ends: it sends
-// new events as they appear in the events file and, once, the exit. cmd is
-// nil for a launcher adopted after a controller restart; it is not our
-// child, so its exit is noticed through /proc and its exit code is unknown.
-func watchLauncher(ctx context.Context, clk clock.WithTicker, poll time.Duration, ref LauncherRef, proc *spawn.Process, send func(launcherUpdate) bool) {
-	er := &eventReader{}
-	if f, err := os.Open(ref.Folder().Events()); err == nil {
-		er.f = f
+// new events as they appear in its events file and, once, the exit.
+// Launchers write their events to a file rather than a pipe, so that a
+// restarted controller reads on where the last one stopped; an adopted
+// launcher is not the controller's child, and its exit code is unknown.
+func watchLauncher(ctx context.Context, clk clock.WithTicker, poll time.Duration, ref LauncherRef, l launchrt.Launcher, adopted bool, send func(launcherUpdate) bool) {
+	var evs []launcherapi.Event
+	lines := spawn.NewLineWriter(launcherapi.NewFollower(func(ev launcherapi.Event) { evs = append(evs, ev) }, nil).Line)
+	f, err := os.Open(ref.Folder().Events())
+	if err == nil {
 		defer f.Close()
 	}
-	var done <-chan struct{}
-	if proc != nil {
-		done = proc.Done()
+	read := func() []launcherapi.Event {
+		evs = nil
+		if f != nil {
+			_, _ = io.Copy(lines, f)
+		}
+		return evs
 	}
-	// Poll the events file at poll while it grows, backing off to 8x poll
+	// Read the events file at poll while it grows, backing off to 8x poll
 	// while it is quiet: a thousand idle launchers must not keep the
-	// controller busy. A child's exit is seen at once through Wait.
+	// controller busy. The exit is seen at once through Done.
 	interval := poll
 	timer := clk.NewTimer(interval)
 	defer timer.Stop()
 	for {
-		evs := er.read()
-		if len(evs) > 0 && !send(launcherUpdate{uid: ref.UID, events: evs}) {
-			return
-		}
-		if len(evs) > 0 {
+		if got := read(); len(got) > 0 {
+			if !send(launcherUpdate{uid: ref.UID, events: got}) {
+				return
+			}
 			interval = poll
 		} else {
 			interval = min(interval*2, 8*poll)
 		}
-		exited := false
 		select {
 		case <-ctx.Done():
 			return
-		case <-done:
-			exited = true
 		case <-timer.C():
-			exited = proc == nil && !ref.Alive()
 			timer.Reset(interval)
-		}
-		if !exited {
 			continue
+		case <-l.Done():
 		}
-		up := launcherUpdate{uid: ref.UID, events: er.flush(), exited: true, exitCode: -1}
-		if proc != nil {
-			up.exitCode, up.exitDesc = proc.Exit().Code, proc.Exit().String()
-		} else {
-			up.exitDesc = "exited while the controller was away (exit code unknown)"
+		read()
+		lines.Flush()
+		exit := l.Exit()
+		up := launcherUpdate{uid: ref.UID, events: evs, exited: true, exitCode: exit.Code, exitDesc: exit.String()}
+		if adopted {
+			up.exitCode, up.exitDesc = -1, "exited while the controller was away (exit code unknown)"
 		}
 		send(up)
 		return

@@ -7,12 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"regexp"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	v1 "kubevirt.io/api/core/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/crashloop-harness/crashloop/pkg/manifest"
 )
@@ -76,23 +74,21 @@ func ReadManifests(paths []string) ([]Manifest, error) {
 	return all, nil
 }
 
-// docSeparator matches a YAML document separator line.
-func docSeparator() *regexp.Regexp { return regexp.MustCompile(`(?m)^---[ \t]*\r?$`) }
-
-// ParseManifests decodes the VirtualMachines in one file's bytes.
+// ParseManifests decodes the VirtualMachines in one file's bytes (one or
+// more YAML or JSON documents, read by pkg/manifest).
 func ParseManifests(path string, data []byte) ([]Manifest, error) {
+	docs, err := manifest.Documents(data, path)
+	if err != nil {
+		return nil, err
+	}
 	var out []Manifest
-	docs := docSeparator().Split(string(data), -1)
-	for i, d := range docs {
-		if strings.TrimSpace(stripComments(d)) == "" {
-			continue
-		}
-		vm, err := ParseVM([]byte(d))
+	for _, d := range docs {
+		vm, err := parseVM(d.JSON)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", source(path, i+1), err)
+			return nil, fmt.Errorf("%s: %w", source(path, d.N), err)
 		}
-		sum := sha256.Sum256([]byte(d))
-		out = append(out, Manifest{Path: path, Doc: i + 1, VM: vm, Digest: hex.EncodeToString(sum[:])})
+		sum := sha256.Sum256(d.YAML)
+		out = append(out, Manifest{Path: path, Doc: d.N, VM: vm, Digest: hex.EncodeToString(sum[:])})
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%s: no VirtualMachine in the file", path)
@@ -100,25 +96,10 @@ func ParseManifests(path string, data []byte) ([]Manifest, error) {
 	return out, nil
 }
 
-func stripComments(doc string) string {
-	var b strings.Builder
-	for _, line := range strings.Split(doc, "\n") {
-		if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "#") {
-			b.WriteString(line)
-			b.WriteByte('\n')
-		}
-	}
-	return b.String()
-}
-
-// ParseVM decodes one YAML or JSON document into a VirtualMachine, strictly
+// parseVM decodes one document (as JSON) into a VirtualMachine, strictly
 // (an unknown field is an error naming it), and validates what the
 // controller relies on.
-func ParseVM(doc []byte) (*v1.VirtualMachine, error) {
-	js, err := yaml.YAMLToJSON(doc)
-	if err != nil {
-		return nil, fmt.Errorf("not valid YAML or JSON: %w", err)
-	}
+func parseVM(js []byte) (*v1.VirtualMachine, error) {
 	var head struct {
 		APIVersion string `json:"apiVersion"`
 		Kind       string `json:"kind"`

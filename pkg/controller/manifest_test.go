@@ -47,7 +47,7 @@ func TestParseManifestsRejectsBadInput(t *testing.T) {
 }
 
 func TestParseManifestsMultiDocAndDefaults(t *testing.T) {
-	doc := vmYAML("one", "Always", nil) + "---\n# comment only\n---\n" + vmYAML("two", "", nil)
+	doc := vmYAML("one", "Always", nil) + "---\n# comment only\n---\n---\n" + vmYAML("two", "", nil)
 	ms, err := ParseManifests("f.yaml", []byte(doc))
 	if err != nil {
 		t.Fatal(err)

@@ -103,7 +103,7 @@ func (w *worker) manual(op vmops.Op) (string, error) {
 		backoff.ClearRecord(vm, &w.rec.History)
 	}
 	if o.Patch.DeleteLauncherPod && w.rec.Launcher != nil {
-		if err := w.rec.Launcher.Signal(syscall.SIGKILL); err != nil {
+		if err := w.signal(syscall.SIGKILL); err != nil {
 			w.log.Info("deleting launcher", "err", err)
 		}
 	}

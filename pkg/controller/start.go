@@ -51,7 +51,7 @@ func (w *worker) createLauncher(vmi *v1.VirtualMachineInstance, now, planned tim
 		late := now.Sub(planned).Nanoseconds()
 		ev.PlannedAt, ev.LatenessNs = &planned, &late
 	}
-	ref, proc, err := startLauncher(cfg.Launcher, req)
+	ref, l, err := startLauncher(w.watchCtx, w.c.rt, cfg.Launcher, req)
 	if err != nil {
 		setCondition(vmi, backoff.FailedCreateCondition(err, now))
 		w.createFailures++
@@ -64,10 +64,10 @@ func (w *worker) createLauncher(vmi *v1.VirtualMachineInstance, now, planned tim
 	}
 	removeCondition(vmi, v1.VirtualMachineInstanceSynchronized)
 	setPhase(vmi, v1.Scheduling, now)
-	w.rec.Launcher = ref
+	w.rec.Launcher, w.launcher = ref, l
 	ev.PID = ref.PID
 	w.note(ev)
-	go watchLauncher(w.watchCtx, w.c.clock, cfg.Launcher.poll(), *ref, proc, w.send)
+	go watchLauncher(w.watchCtx, w.c.clock, cfg.Launcher.poll(), *ref, l, false, w.send)
 	return false
 }
 

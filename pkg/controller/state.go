@@ -178,15 +178,6 @@ func ParseRecord(data []byte) (*Record, error) {
 	return rec, nil
 }
 
-// Save replaces rec's file atomically (Encode, then Write).
-func (s *Store) Save(rec *Record) error {
-	data, err := s.Encode(rec)
-	if err != nil {
-		return err
-	}
-	return s.Write(KeyOf(rec.VM), data)
-}
-
 // Encode renders rec as its file content, copying the exact retry time
 // next to the second-precision one in the status.
 func (s *Store) Encode(rec *Record) ([]byte, error) {

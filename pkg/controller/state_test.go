@@ -23,7 +23,7 @@ func TestStoreKeepsExactRetryTime(t *testing.T) {
 	mt := metav1.NewTime(retry)
 	vm := &v1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "default"}}
 	vm.Status.StartFailure = &v1.VirtualMachineStartFailure{ConsecutiveFailCount: 3, LastFailedVMIUID: "u", RetryAfterTimestamp: &mt}
-	if err := s.Save(&Record{VM: vm, Attempt: 3}); err != nil {
+	if err := saveRecord(s, &Record{VM: vm, Attempt: 3}); err != nil {
 		t.Fatal(err)
 	}
 	rec, err := s.Load(Key{"default", "a"})
@@ -109,7 +109,7 @@ func TestStoreSavesInPlace(t *testing.T) {
 	var first map[uint64]bool
 	for i, attempt := range []int{1, 123456789, 2, 3} {
 		vm := &v1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "default", Labels: map[string]string{"n": strings.Repeat("x", 10*(4-i))}}}
-		if err := s.Save(&Record{VM: vm, Attempt: attempt}); err != nil {
+		if err := saveRecord(s, &Record{VM: vm, Attempt: attempt}); err != nil {
 			t.Fatal(err)
 		}
 		rec, err := s.Load(Key{"default", "a"})
@@ -129,4 +129,13 @@ func TestStoreSavesInPlace(t *testing.T) {
 	if keys, _ := s.List(); len(keys) != 1 {
 		t.Errorf("List = %v, the spare file must not count", keys)
 	}
+}
+
+// saveRecord saves rec as the worker does: Encode, then Write.
+func saveRecord(s *Store, rec *Record) error {
+	data, err := s.Encode(rec)
+	if err != nil {
+		return err
+	}
+	return s.Write(KeyOf(rec.VM), data)
 }

@@ -19,18 +19,24 @@ func (w *worker) stopVMI(now time.Time) {
 	}
 	w.expect.StopPending = true
 	w.killAt = now.Add(w.killAfter())
-	if ref := w.rec.Launcher; ref != nil {
-		if err := ref.Signal(syscall.SIGTERM); err != nil {
-			w.log.Info("stopping VMI", "err", err)
-		}
+	if err := w.signal(syscall.SIGTERM); err != nil {
+		w.log.Info("stopping VMI", "err", err)
 	}
+}
+
+// signal sends sig to the live launcher, if there is one.
+func (w *worker) signal(sig syscall.Signal) error {
+	if w.launcher == nil {
+		return nil
+	}
+	return w.launcher.Signal(sig)
 }
 
 func (w *worker) kill() {
 	w.killAt = time.Time{}
 	if ref := w.rec.Launcher; ref != nil {
 		w.log.Warn("launcher did not exit in time, sending SIGKILL", "pid", ref.PID)
-		if err := ref.Signal(syscall.SIGKILL); err != nil {
+		if err := w.signal(syscall.SIGKILL); err != nil {
 			w.log.Info("killing launcher", "err", err)
 		}
 	}

@@ -26,7 +26,9 @@ func (w *worker) arm(at, now time.Time) {
 	if at.IsZero() {
 		return
 	}
-	w.timer = w.c.clock.NewTimer(max(at.Sub(now), 0))
+	// From the clock's time now, not from now: a timer counts from its
+	// creation, and the reconcile that computed at may have taken a while.
+	w.timer = w.c.clock.NewTimer(max(at.Sub(w.c.clock.Now()), 0))
 }
 
 func earliest(a, b time.Time) time.Time {

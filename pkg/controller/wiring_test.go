@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -21,8 +22,8 @@ import (
 
 // The wiring of pkg/backoff's NextStep and pkg/vmops's rules into the
 // worker, driven on the worker's own methods with a fake clock and a
-// launcher binary that does not exist: every start is a launcher that
-// cannot be created, so nothing here runs a process or sleeps.
+// runtime that cannot start launchers: every start is a launcher that
+// cannot be created.
 
 var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 
@@ -37,12 +38,13 @@ func wiringWorker(t *testing.T, strategy v1.VirtualMachineRunStrategy) (*worker,
 	}
 	c := &Controller{
 		cfg: Config{
-			Launcher:     LauncherOptions{Path: filepath.Join(t.TempDir(), "no-such-launcher")},
+			Launcher:     LauncherOptions{Path: "virt-launcher"},
 			Policy:       backoff.Policy{Scale: 1},
 			StartTimeout: launcherapi.FixedStartTimeout(time.Second),
 			KillMargin:   time.Second, Seed: 7,
 		},
 		clock: clk, log: slog.New(slog.DiscardHandler), store: store, workers: map[Key]*worker{},
+		rt: &fakeRuntime{clock: clk, startErr: errors.New("starting virt-launcher: exec: no such file or directory")},
 	}
 	s := strategy
 	vm := &v1.VirtualMachine{
@@ -297,8 +299,8 @@ func TestRestartWithoutVMIRefusedForEveryStrategy(t *testing.T) {
 func TestFailFastPhases(t *testing.T) {
 	state, mdir := tempDirs(t)
 	path := writeFile(t, filepath.Join(mdir, "vm.yaml"), vmYAML("crashy", "Always", map[string]string{failFast: ""}))
-	h := startHarness(t, testConfig(state, 0.01), path)
-	h.waitFor("crashy", 10*time.Second, "a counted failure", func(s *Snapshot) bool { return failCountOf(s) >= 1 })
+	h := startHarness(t, testConfig(state), path)
+	h.failures("crashy", 1)
 	started, exited := h.eventsOf("crashy", EventStarted), h.eventsOf("crashy", EventExited)
 	if len(started) == 0 || started[0].Phase != string(v1.Scheduling) {
 		t.Errorf("Started events %+v, want the VMI Scheduling once its launcher runs", started)
@@ -314,12 +316,12 @@ func TestFailFastPhases(t *testing.T) {
 func TestManualStartRequestTrimmed(t *testing.T) {
 	state, mdir := tempDirs(t)
 	path := writeFile(t, filepath.Join(mdir, "vm.yaml"), vmYAML("manual", "Manual", map[string]string{failFast: ""}))
-	h := startHarness(t, testConfig(state, 0.01), path)
-	h.waitFor("manual", 10*time.Second, "the VM loaded", func(*Snapshot) bool { return true })
+	h := startHarness(t, testConfig(state), path)
+	h.waitFor("manual", "the VM loaded", func(*Snapshot) bool { return true })
 	if _, _, err := h.c.Do(context.Background(), opStart, Key{"default", "manual"}); err != nil {
 		t.Fatal(err)
 	}
-	s := h.waitFor("manual", 10*time.Second, "the launcher's exit", func(*Snapshot) bool { return len(h.eventsOf("manual", EventExited)) > 0 })
+	s := h.waitFor("manual", "the launcher's exit", func(*Snapshot) bool { return len(h.eventsOf("manual", EventExited)) > 0 })
 	if len(s.VM.Status.StateChangeRequests) != 0 || s.VMI == nil || s.VMI.Status.Phase != v1.Failed {
 		t.Fatalf("requests %v, VMI %v; want no request left and the Failed VMI kept", s.VM.Status.StateChangeRequests, s.VMI != nil)
 	}

@@ -15,6 +15,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/crashloop-harness/crashloop/pkg/backoff"
+	"github.com/crashloop-harness/crashloop/pkg/launchrt"
 )
 
 // Snapshot is a consistent copy of one VM's state for status queries and
@@ -44,16 +45,18 @@ type Snapshot struct {
 // worker owns one VM: every change to its record happens on the worker's
 // goroutine, so no lock guards the record. Others read Snapshots.
 type worker struct {
-	c       *Controller
-	key     Key
-	log     *slog.Logger
-	rec     *Record
-	tracker backoff.Tracker
-	rnd     *rand.Rand
-	src     *countingSource
-	cmds    chan command
-	updates chan launcherUpdate
-	snap    atomic.Pointer[Snapshot]
+	c   *Controller
+	key Key
+	log *slog.Logger
+	rec *Record
+	// launcher is the live launcher of rec.Launcher, through the runtime.
+	launcher launchrt.Launcher
+	tracker  backoff.Tracker
+	rnd      *rand.Rand
+	src      *countingSource
+	cmds     chan command
+	updates  chan launcherUpdate
+	snap     atomic.Pointer[Snapshot]
 
 	expect backoff.Expectations
 	killAt time.Time // SIGKILL the launcher if it is still there then
@@ -128,10 +131,24 @@ func (w *worker) resume() {
 	if ref == nil {
 		return
 	}
-	alive := ref.Alive()
+	l, err := w.c.rt.Adopt(w.watchCtx, ref.Ref)
+	if err != nil {
+		// Not adoptable: as a launcher that ended while the controller was away.
+		w.log.Warn("cannot adopt the launcher of a previous controller run", "pid", ref.PID, "err", err)
+		w.note(Event{Event: EventAdopted, PID: ref.PID, VMIUID: string(ref.UID), Message: err.Error()})
+		w.apply(launcherUpdate{uid: ref.UID, exited: true, exitCode: -1, exitDesc: "could not be adopted: " + err.Error()})
+		return
+	}
+	w.launcher = l
+	alive := true
+	select {
+	case <-l.Done():
+		alive = false
+	default:
+	}
 	w.note(Event{Event: EventAdopted, PID: ref.PID, VMIUID: string(ref.UID),
 		Message: fmt.Sprintf("launcher from a previous controller run, alive=%v", alive)})
-	go watchLauncher(w.watchCtx, w.c.clock, w.c.cfg.Launcher.poll(), *ref, nil, w.send)
+	go watchLauncher(w.watchCtx, w.c.clock, w.c.cfg.Launcher.poll(), *ref, l, true, w.send)
 }
 
 func (w *worker) send(u launcherUpdate) bool {

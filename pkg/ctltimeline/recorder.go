@@ -5,7 +5,6 @@
 package ctltimeline
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -207,23 +206,15 @@ func attemptFaults(dir launcherapi.Dir) string {
 			}
 		}
 	}
-	if f, err := os.Open(dir.Events()); err == nil {
-		defer f.Close()
-		sc := bufio.NewScanner(f)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			ev, err := launcherapi.ParseEvent(sc.Bytes())
-			if err != nil {
-				continue
+	evs, _ := launcherapi.ReadEvents(dir.Events())
+	for _, ev := range evs {
+		// Scheduled lists the faults that will fire.
+		if ev.Scheduled != nil {
+			for _, d := range ev.Scheduled.Faults {
+				add(d.Fault)
 			}
-			// Scheduled lists the faults that will fire.
-			if ev.Scheduled != nil {
-				for _, d := range ev.Scheduled.Faults {
-					add(d.Fault)
-				}
-			}
-			add(ev.Fault)
 		}
+		add(ev.Fault)
 	}
 	return strings.Join(names, "+")
 }

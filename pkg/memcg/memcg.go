@@ -60,6 +60,7 @@ func ParseOOMKills(file, text string) (int, error) {
 // Follower reads a counter file every interval until the file is gone or
 // its context ends, and keeps the highest count read.
 type Follower struct {
+	file string
 	mu   sync.Mutex
 	most int
 	read bool
@@ -68,19 +69,15 @@ type Follower struct {
 
 // Follow starts reading file every interval.
 func Follow(ctx context.Context, file string, interval time.Duration) *Follower {
-	f := &Follower{done: make(chan struct{})}
+	f := &Follower{file: file, done: make(chan struct{})}
 	go func() {
 		defer close(f.done)
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
-			n, err := ReadOOMKills(file)
-			if err != nil {
+			if f.ReadNow() != nil {
 				return
 			}
-			f.mu.Lock()
-			f.most, f.read = max(f.most, n), true
-			f.mu.Unlock()
 			select {
 			case <-ctx.Done():
 				return
@@ -89,6 +86,20 @@ func Follow(ctx context.Context, file string, interval time.Duration) *Follower 
 		}
 	}()
 	return f
+}
+
+// ReadNow reads the counter once more, between the follower's own
+// reads (at a moment when the cgroup is known to exist), and keeps the
+// count if it is the highest; an error when the file is gone.
+func (f *Follower) ReadNow() error {
+	n, err := ReadOOMKills(f.file)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.most, f.read = max(f.most, n), true
+	f.mu.Unlock()
+	return nil
 }
 
 // Most is the highest count read so far, and whether the file was read

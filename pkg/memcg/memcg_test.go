@@ -78,3 +78,33 @@ func TestFollowerKeepsTheMostUntilTheFileGoes(t *testing.T) {
 		t.Fatalf("after the file went: %d, %v", n, read)
 	}
 }
+
+// TestReadNow: a read between the follower's own (an hour apart here)
+// keeps a higher count, and fails once the file is gone.
+func TestReadNow(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "memory.oom_control")
+	if err := os.WriteFile(file, []byte("oom_kill 0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := Follow(ctx, file, time.Hour)
+	if err := os.WriteFile(file, []byte("under_oom 0\noom_kill 3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.ReadNow(); err != nil {
+		t.Fatal(err)
+	}
+	if n, read := f.Most(); n != 3 || !read {
+		t.Errorf("Most = %d, %v after ReadNow; want 3", n, read)
+	}
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.ReadNow(); err == nil {
+		t.Error("ReadNow of a gone file succeeded")
+	}
+	if n, _ := f.Most(); n != 3 {
+		t.Errorf("Most = %d after the file went, want 3 kept", n)
+	}
+}

@@ -38,6 +38,7 @@ import (
 	"kubevirt.io/client-go/kubecli"
 
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
+	"github.com/crashloop-harness/crashloop/pkg/launchrt"
 	"github.com/crashloop-harness/crashloop/pkg/spawn"
 )
 
@@ -56,7 +57,7 @@ type Config struct {
 	// images), mounted read-only at the same paths into containers.
 	ReadOnlyMounts []string
 	// Runtime runs the compute containers; nil means bare processes
-	// (Process).
+	// (launchrt.Process).
 	Runtime Runtime
 	// WorkDir holds one folder per pod: the VMI manifest, the launcher's
 	// events, log and console.
@@ -131,7 +132,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer a.spawner.Close()
 	a.runtime = a.cfg.Runtime
 	if a.runtime == nil {
-		a.runtime = Process{Spawner: a.spawner, Logger: a.cfg.Logger}
+		a.runtime = launchrt.Process{Spawner: a.spawner, Logger: a.cfg.Logger}
 	}
 
 	factory := informers.NewSharedInformerFactoryWithOptions(a.cfg.Client, 0,
@@ -338,7 +339,7 @@ func (a *Agent) vmiOf(ctx context.Context, pod *k8sv1.Pod) (*v1.VirtualMachineIn
 }
 
 // newContainer records the compute container of a pod bound to this node.
-func (a *Agent) newContainer(pod *k8sv1.Pod, vmi *v1.VirtualMachineInstance, args launchArgs, image string, res Resources) *container {
+func (a *Agent) newContainer(pod *k8sv1.Pod, vmi *v1.VirtualMachineInstance, args launchArgs, image string, res launchrt.Resources) *container {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if c, ok := a.containers[pod.UID]; ok {

@@ -12,6 +12,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
+	"github.com/crashloop-harness/crashloop/pkg/launchrt"
 )
 
 func launcherPod(command ...string) *k8sv1.Pod {
@@ -137,14 +138,14 @@ func TestHeartbeatStampParsesAsKubeVirtReadsIt(t *testing.T) {
 func TestPodStatusOOMKilled(t *testing.T) {
 	pod := launcherPod("virt-launcher")
 	start := time.Date(2026, 11, 30, 6, 0, 0, 0, time.UTC)
-	s := snapshot{StartedAt: start, Launched: true, Running: true, Exited: true, ExitCode: 13, Reason: ReasonOOMKilled,
+	s := snapshot{StartedAt: start, Launched: true, Running: true, Exited: true, ExitCode: 13, Reason: launchrt.ReasonOOMKilled,
 		Message: "oom", EndedAt: start.Add(time.Second)}
 	st := podStatus(pod, s, "127.0.0.1")
 	if st.Phase != k8sv1.PodFailed || computeState(st) != "terminated(13, OOMKilled)" {
 		t.Fatalf("phase %s, compute %s", st.Phase, computeState(st))
 	}
 	for _, cs := range st.ContainerStatuses {
-		if cs.Name == computeContainer && (cs.State.Terminated.Reason != ReasonOOMKilled || cs.State.Terminated.Message != "oom") {
+		if cs.Name == computeContainer && (cs.State.Terminated.Reason != launchrt.ReasonOOMKilled || cs.State.Terminated.Message != "oom") {
 			t.Errorf("compute terminated %+v", cs.State.Terminated)
 		}
 	}

@@ -1,7 +1,6 @@
 package nodeagent
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
+	"github.com/crashloop-harness/crashloop/pkg/launchrt"
 	"github.com/crashloop-harness/crashloop/pkg/spawn"
 )
 
@@ -98,16 +98,16 @@ type container struct {
 	args   launchArgs
 	dir    launcherapi.Dir
 
-	image string    // the compute container's image
-	res   Resources // the compute container's resources
+	image string             // the compute container's image
+	res   launchrt.Resources // the compute container's resources
 
 	mu        sync.Mutex
-	startedAt time.Time        // when the container started (pod Running)
-	run       RunningContainer // nil until the launcher is started
-	running   bool             // the launcher reported Running
+	startedAt time.Time         // when the container started (pod Running)
+	run       launchrt.Launcher // nil until the launcher is started
+	running   bool              // the launcher reported Running
 	final     *launcherapi.Event
 	exited    bool
-	exit      ContainerExit
+	exit      launchrt.Exit
 	endedAt   time.Time
 	signalled bool
 	done      chan struct{}
@@ -199,23 +199,21 @@ func (c *container) launch(ctx context.Context, cfg *Config, rt Runtime, vmi *v1
 		return fmt.Errorf("creating launcher events file: %w", err)
 	}
 	args := c.launcherArgs(cfg).Build()
-	out := spawn.NewLineWriter(func(line []byte) {
-		_, _ = events.Write(append(append([]byte(nil), line...), '\n'))
-		if len(bytes.TrimSpace(line)) == 0 {
-			return
-		}
-		ev, err := launcherapi.ParseEvent(line)
-		if err != nil {
-			cfg.Logger.Warn("launcher output is not an event", "vmi", c.vmiKey.String(), "err", err)
-			return
-		}
+	follow := launcherapi.NewFollower(func(ev launcherapi.Event) {
 		c.record(ev)
 		notify()
+	}, func(_ []byte, err error) {
+		cfg.Logger.Warn("launcher output is not an event", "vmi", c.vmiKey.String(), "err", err)
 	})
-	run, err := rt.Start(ctx, ContainerSpec{
-		PodNamespace: c.podKey.Namespace, PodName: c.podKey.Name, PodUID: string(c.podUID), NodeName: cfg.NodeName,
-		Image: c.image, LauncherPath: cfg.LauncherPath, Args: args, Dir: string(c.dir), ReadOnly: cfg.ReadOnlyMounts,
-		Resources: c.res, Stdout: out, StderrFile: c.dir.Log(),
+	// Each line goes to the events file as it comes, and to the follower.
+	out := spawn.NewLineWriter(func(line []byte) {
+		_, _ = events.Write(append(append([]byte(nil), line...), '\n'))
+		follow.Line(line)
+	})
+	run, err := rt.Start(ctx, launchrt.Spec{Path: cfg.LauncherPath, Args: args, Dir: string(c.dir),
+		Stdout: out, StderrFile: c.dir.Log(), Truncate: true,
+		Pod: launchrt.Pod{Namespace: c.podKey.Namespace, Name: c.podKey.Name, UID: string(c.podUID), Node: cfg.NodeName,
+			Image: c.image, ReadOnly: cfg.ReadOnlyMounts, Resources: c.res},
 	})
 	if err != nil {
 		events.Close()
@@ -246,6 +244,10 @@ func (c *container) watch(log *slog.Logger, out *spawn.LineWriter, events *os.Fi
 	out.Flush()
 	events.Close()
 	exit := c.run.Exit()
+	if exit.Code < 0 {
+		// Not waited for: as the old kubelet rule, a failure.
+		exit.Code = 128
+	}
 	c.mu.Lock()
 	c.exited, c.exit, c.endedAt = true, exit, time.Now()
 	c.mu.Unlock()
@@ -262,7 +264,7 @@ func (c *container) markExitedWithoutLaunch() {
 	if c.run != nil || c.exited {
 		return
 	}
-	c.exited, c.exit, c.endedAt = true, ContainerExit{Reason: ReasonCompleted}, time.Now()
+	c.exited, c.exit, c.endedAt = true, launchrt.Exit{Reason: launchrt.ReasonCompleted}, time.Now()
 	close(c.done)
 }
 
@@ -303,12 +305,12 @@ func (c *container) wait(ctx context.Context) error {
 
 // computeResources reads the compute container's image and the resources
 // that become its cgroup limits.
-func computeResources(pod *k8sv1.Pod) (string, Resources, error) {
+func computeResources(pod *k8sv1.Pod) (string, launchrt.Resources, error) {
 	for _, c := range pod.Spec.Containers {
 		if c.Name != computeContainer {
 			continue
 		}
-		var r Resources
+		var r launchrt.Resources
 		if q, ok := c.Resources.Limits[k8sv1.ResourceMemory]; ok {
 			r.MemoryLimit = q.Value()
 		}
@@ -323,5 +325,5 @@ func computeResources(pod *k8sv1.Pod) (string, Resources, error) {
 		}
 		return c.Image, r, nil
 	}
-	return "", Resources{}, fmt.Errorf("pod %s/%s has no %q container", pod.Namespace, pod.Name, computeContainer)
+	return "", launchrt.Resources{}, fmt.Errorf("pod %s/%s has no %q container", pod.Namespace, pod.Name, computeContainer)
 }

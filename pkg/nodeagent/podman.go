@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -12,6 +13,10 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
+	"github.com/crashloop-harness/crashloop/pkg/launchrt"
 	"github.com/crashloop-harness/crashloop/pkg/memcg"
 	"github.com/crashloop-harness/crashloop/pkg/spawn"
 )
@@ -27,10 +32,6 @@ const (
 	// LabelNode names the node whose agent made the container.
 	LabelNode = "dev.crashloop.node"
 )
-
-// launcherCacheDir is the launcher's default QEMU capability cache
-// (--cache-dir) inside the image.
-const launcherCacheDir = "/var/cache/crashloop/qemu-capabilities"
 
 // Podman is the runtime of real containers: each compute container is a
 // rootful `podman run` of the image the pod names, unprivileged, with the
@@ -96,30 +97,31 @@ func ContainerName(namespace, pod, uid string) string {
 // compute container's resources as kubelet maps them: the memory limit as
 // the memory cgroup's limit with no swap beyond it, the CPU limit as a CFS
 // quota (--cpus), the CPU request as CPU shares.
-func (r *Podman) RunArgs(spec ContainerSpec) []string {
+func (r *Podman) RunArgs(spec launchrt.Spec) []string {
+	pod := spec.Pod
 	rt := r.OCIRuntime
 	if rt == "" {
 		rt = "runc"
 	}
 	args := []string{"run", "--rm", "--pull", "never", "--runtime", rt, "--init", "--network", "none",
-		"--name", ContainerName(spec.PodNamespace, spec.PodName, spec.PodUID),
-		"--label", LabelPodUID + "=" + spec.PodUID,
-		"--label", LabelPodName + "=" + spec.PodName,
-		"--label", LabelPodNamespace + "=" + spec.PodNamespace,
+		"--name", ContainerName(pod.Namespace, pod.Name, pod.UID),
+		"--label", LabelPodUID + "=" + pod.UID,
+		"--label", LabelPodName + "=" + pod.Name,
+		"--label", LabelPodNamespace + "=" + pod.Namespace,
 		"--label", LabelContainerName + "=" + computeContainer,
-		"--label", LabelNode + "=" + spec.NodeName,
+		"--label", LabelNode + "=" + pod.Node,
 		"--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768",
 		"-v", spec.Dir + ":" + spec.Dir}
-	for _, d := range spec.ReadOnly {
+	for _, d := range pod.ReadOnly {
 		args = append(args, "-v", d+":"+d+":ro")
 	}
 	if r.CacheDir != "" {
-		args = append(args, "-v", r.CacheDir+":"+launcherCacheDir)
+		args = append(args, "-v", r.CacheDir+":"+launcherapi.DefaultCacheDir)
 	}
 	if r.KVM {
 		args = append(args, "--device", "/dev/kvm")
 	}
-	res := spec.Resources
+	res := pod.Resources
 	if res.MemoryLimit > 0 {
 		m := strconv.FormatInt(res.MemoryLimit, 10)
 		args = append(args, "--memory", m, "--memory-swap", m)
@@ -130,7 +132,7 @@ func (r *Podman) RunArgs(spec ContainerSpec) []string {
 	if res.CPURequestMilli > 0 {
 		args = append(args, "--cpu-shares", strconv.FormatInt(cpuShares(res.CPURequestMilli), 10))
 	}
-	args = append(args, spec.Image)
+	args = append(args, pod.Image)
 	return append(args, spec.Args...)
 }
 
@@ -185,25 +187,26 @@ func (r *Podman) podman(ctx context.Context, args ...string) (string, error) {
 }
 
 // Start runs `podman run` for spec; it returns once the client started.
-func (r *Podman) Start(_ context.Context, spec ContainerSpec) (RunningContainer, error) {
-	c := &podmanContainer{r: r, name: ContainerName(spec.PodNamespace, spec.PodName, spec.PodUID),
+func (r *Podman) Start(_ context.Context, spec launchrt.Spec) (launchrt.Launcher, error) {
+	c := &podmanContainer{r: r, name: ContainerName(spec.Pod.Namespace, spec.Pod.Name, spec.Pod.UID),
 		stderr: spec.StderrFile, begin: time.Now(), done: make(chan struct{}), stopped: make(chan struct{})}
 	out := &oomReadingWriter{c: c, next: spec.Stdout}
-	ps := spawn.Spec{Path: r.path(), Args: r.RunArgs(spec), Dir: spec.Dir,
-		Stdout: out, StderrFile: spec.StderrFile, Truncate: true}
-	var p *spawn.Process
-	var err error
-	if r.Spawner != nil {
-		p, err = r.Spawner.Start(ps)
-	} else {
-		p, err = spawn.Start(ps)
-	}
+	// The client is a bare process: the process runtime runs it.
+	client := launchrt.Process{Spawner: r.Spawner}
+	p, err := client.Start(context.Background(), launchrt.Spec{Path: r.path(), Args: r.RunArgs(spec), Dir: spec.Dir,
+		Stdout: out, StderrFile: spec.StderrFile, Truncate: true})
 	if err != nil {
 		return nil, err
 	}
-	c.proc = p
+	c.proc, c.ref = p, p.Ref()
 	go c.watch()
 	return c, nil
+}
+
+// Adopt refuses: a container left by an agent that died is removed
+// (RemoveLeftovers), since its `podman run` client died with the agent.
+func (r *Podman) Adopt(_ context.Context, ref launchrt.Ref) (launchrt.Launcher, error) {
+	return nil, fmt.Errorf("the podman runtime does not adopt containers (podman run pid %d): a new agent removes what an earlier one left", ref.PID)
 }
 
 // podmanContainer is one `podman run` and the container it made.
@@ -212,26 +215,42 @@ type podmanContainer struct {
 	name   string
 	stderr string
 	begin  time.Time
-	proc   *spawn.Process
+	proc   launchrt.Launcher // the podman run client
+	ref    launchrt.Ref      // of the podman run client
 
-	mu       sync.Mutex
-	output   bool   // the container wrote on its stdout: it ran
-	cgroup   string // the container's cgroup path, once known
-	oomFile  string // its OOM counter file
-	oomKills int    // the highest OOM-kill count read
-	exit     ContainerExit
-	done     chan struct{}
-	stopped  chan struct{} // closed when the OOM poller must end
+	mu      sync.Mutex
+	output  bool            // the container wrote on its stdout: it ran
+	cgroup  string          // the container's cgroup path, once known
+	oom     *memcg.Follower // its OOM-kill counter, once known
+	exit    launchrt.Exit
+	done    chan struct{}
+	stopped chan struct{} // closed when the OOM follower must end
 }
 
 func (c *podmanContainer) ID() string            { return c.name }
+func (c *podmanContainer) Ref() launchrt.Ref     { return c.ref }
 func (c *podmanContainer) Done() <-chan struct{} { return c.done }
 
-func (c *podmanContainer) Exit() ContainerExit {
+// Signal sends sig to the container through `podman kill` (its init
+// passes it on to the launcher).
+func (c *podmanContainer) Signal(sig syscall.Signal) error {
+	ctx, cancel := context.WithTimeout(context.Background(), spawn.KillWait)
+	defer cancel()
+	out, err := c.r.podman(ctx, "kill", "--signal", strings.TrimPrefix(unix.SignalName(sig), "SIG"), c.name)
+	if err != nil {
+		if notRunning(out) {
+			return os.ErrProcessDone
+		}
+		return fmt.Errorf("podman kill --signal %v %s: %v %s", sig, c.name, err, out)
+	}
+	return nil
+}
+
+func (c *podmanContainer) Exit() launchrt.Exit {
 	select {
 	case <-c.done:
 	default:
-		return ContainerExit{}
+		return launchrt.Exit{}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -264,9 +283,9 @@ func (w *oomReadingWriter) Write(b []byte) (int, error) {
 	return w.next.Write(b)
 }
 
-// followOOM finds the container's memory cgroup and reads its OOM-kill
-// counter every Poll until the container ends (the counter goes with the
-// cgroup, so it cannot be read afterwards).
+// followOOM finds the container's memory cgroup and follows its OOM-kill
+// counter (memcg.Follow) every Poll until the container ends (the counter
+// goes with the cgroup, so it cannot be read afterwards).
 func (c *podmanContainer) followOOM() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -279,41 +298,39 @@ func (c *podmanContainer) followOOM() {
 		c.r.logger().Log(ctx, level, "cannot find the container's cgroup: OOM kills will not be seen", "container", c.name, "err", err, "out", path)
 		return
 	}
-	file := memcg.CounterFile(c.r.CgroupRoot, path)
-	c.mu.Lock()
-	c.cgroup, c.oomFile = path, file
-	c.mu.Unlock()
 	poll := c.r.Poll
 	if poll <= 0 {
 		poll = 100 * time.Millisecond
 	}
-	t := time.NewTicker(poll)
-	defer t.Stop()
-	for {
-		c.readOOM()
-		select {
-		case <-c.stopped:
-			return
-		case <-t.C:
-		}
+	follow, stop := context.WithCancel(context.Background())
+	f := memcg.Follow(follow, memcg.CounterFile(c.r.CgroupRoot, path), poll)
+	c.mu.Lock()
+	c.cgroup, c.oom = path, f
+	c.mu.Unlock()
+	<-c.stopped
+	stop()
+}
+
+// readOOM reads the OOM-kill counter now, if it is followed.
+func (c *podmanContainer) readOOM() {
+	c.mu.Lock()
+	f := c.oom
+	c.mu.Unlock()
+	if f != nil {
+		_ = f.ReadNow() // an error: the cgroup is gone with the container
 	}
 }
 
-// readOOM reads the OOM-kill counter if its file is known and still there.
-func (c *podmanContainer) readOOM() {
+// oomKills is the highest OOM-kill count read.
+func (c *podmanContainer) oomKills() int {
 	c.mu.Lock()
-	file := c.oomFile
+	f := c.oom
 	c.mu.Unlock()
-	if file == "" {
-		return
+	if f == nil {
+		return 0
 	}
-	n, err := memcg.ReadOOMKills(file)
-	if err != nil {
-		return // the cgroup is gone with the container
-	}
-	c.mu.Lock()
-	c.oomKills = max(c.oomKills, n)
-	c.mu.Unlock()
+	n, _ := f.Most()
+	return n
 }
 
 // watch waits for `podman run` to end and decodes the container's exit.
@@ -322,11 +339,12 @@ func (c *podmanContainer) watch() {
 	c.readOOM()
 	close(c.stopped)
 	e := c.proc.Exit()
+	kills := c.oomKills()
 	c.mu.Lock()
-	started, kills := c.output || c.cgroup != "", c.oomKills
+	started := c.output || c.cgroup != ""
 	c.mu.Unlock()
 	exit := podmanExit(e, started, kills)
-	if exit.Reason == ReasonStartError {
+	if exit.Reason == launchrt.ReasonStartError {
 		if lines, err := spawn.Tail(c.stderr, 5); err == nil && len(lines) > 0 {
 			exit.Message += ": " + strings.Join(lines, " | ")
 		}
@@ -359,18 +377,18 @@ func (c *podmanContainer) remove() {
 // with code 128, as CRI runtimes report it; one whose memory cgroup
 // counted OOM kills is OOMKilled whatever its code (the kernel may kill
 // QEMU and leave the launcher to exit on its own).
-func podmanExit(e spawn.Exit, started bool, oomKills int) ContainerExit {
+func podmanExit(e launchrt.Exit, started bool, oomKills int) launchrt.Exit {
 	switch {
 	case e.Code < 0:
-		return ContainerExit{Code: 128, Reason: ReasonError, Message: "podman run could not be waited for"}
+		return launchrt.Exit{Code: 128, Reason: launchrt.ReasonError, Message: "podman run could not be waited for"}
 	case e.Signal != 0:
-		return ContainerExit{Code: e.Code, Reason: exitReason(e.Code, oomKills),
+		return launchrt.Exit{Code: e.Code, Reason: launchrt.ExitReason(e.Code, oomKills),
 			Message: fmt.Sprintf("the podman run client was killed by %v", e.Signal)}
 	case !started && e.Code >= 125 && e.Code <= 127:
-		return ContainerExit{Code: 128, Reason: ReasonStartError, Message: fmt.Sprintf("podman run exited %d before the container ran", e.Code)}
+		return launchrt.Exit{Code: 128, Reason: launchrt.ReasonStartError, Message: fmt.Sprintf("podman run exited %d before the container ran", e.Code)}
 	}
-	x := ContainerExit{Code: e.Code, Reason: exitReason(e.Code, oomKills)}
-	if x.Reason == ReasonOOMKilled {
+	x := launchrt.Exit{Code: e.Code, Reason: launchrt.ExitReason(e.Code, oomKills)}
+	if x.Reason == launchrt.ReasonOOMKilled {
 		x.Message = fmt.Sprintf("the kernel's OOM killer killed %d process(es) of the container (memory cgroup oom_kill %d); the container exited %d", oomKills, oomKills, e.Code)
 	}
 	return x

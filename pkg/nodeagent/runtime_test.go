@@ -13,14 +13,16 @@ import (
 	k8sv1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
+	"github.com/crashloop-harness/crashloop/pkg/launchrt"
 	"github.com/crashloop-harness/crashloop/pkg/spawn"
 )
 
 func TestPodmanRunArgs(t *testing.T) {
-	spec := ContainerSpec{PodNamespace: "default", PodName: "virt-launcher-vm-abcde", PodUID: "u-1", NodeName: "node",
-		Image: "localhost/crashloop/virt-launcher:latest", Args: []string{"--log-level", "info", "/work/p/vmi.yaml"},
-		Dir: "/work/p", ReadOnly: []string{"/images"},
-		Resources: Resources{MemoryLimit: 350 << 20, CPULimitMilli: 1500, CPURequestMilli: 100}}
+	spec := launchrt.Spec{Args: []string{"--log-level", "info", "/work/p/vmi.yaml"}, Dir: "/work/p",
+		Pod: launchrt.Pod{Namespace: "default", Name: "virt-launcher-vm-abcde", UID: "u-1", Node: "node",
+			Image: "localhost/crashloop/virt-launcher:latest", ReadOnly: []string{"/images"},
+			Resources: launchrt.Resources{MemoryLimit: 350 << 20, CPULimitMilli: 1500, CPURequestMilli: 100}}}
 	r := &Podman{CacheDir: "/cache", KVM: true}
 	got := strings.Join(r.RunArgs(spec), " ")
 	for _, want := range []string{
@@ -42,7 +44,7 @@ func TestPodmanRunArgs(t *testing.T) {
 	}
 
 	// No limits, no KVM, no cache: none of their flags.
-	bare := strings.Join((&Podman{OCIRuntime: "crun"}).RunArgs(ContainerSpec{Image: "img", Dir: "/d"}), " ")
+	bare := strings.Join((&Podman{OCIRuntime: "crun"}).RunArgs(launchrt.Spec{Dir: "/d", Pod: launchrt.Pod{Image: "img"}}), " ")
 	for _, absent := range []string{"--memory", "--cpus", "--cpu-shares", "/dev/kvm", "qemu-capabilities"} {
 		if strings.Contains(bare, absent) {
 			t.Errorf("podman %s has %q", bare, absent)
@@ -66,7 +68,7 @@ func TestComputeResources(t *testing.T) {
 	if err != nil || image != "launcher" {
 		t.Fatalf("image %q, %v", image, err)
 	}
-	if want := (Resources{MemoryLimit: 333 << 20, CPULimitMilli: 2000, CPURequestMilli: 100}); res != want {
+	if want := (launchrt.Resources{MemoryLimit: 333 << 20, CPULimitMilli: 2000, CPURequestMilli: 100}); res != want {
 		t.Errorf("resources %+v, want %+v", res, want)
 	}
 	pod.Spec.Containers[0].Image = ""
@@ -78,31 +80,28 @@ func TestComputeResources(t *testing.T) {
 func TestPodmanExit(t *testing.T) {
 	cases := []struct {
 		name     string
-		exit     spawn.Exit
+		exit     launchrt.Exit
 		started  bool
 		oomKills int
 		code     int
 		reason   string
 	}{
-		{"exit 0", spawn.Exit{Code: 0}, true, 0, 0, ReasonCompleted},
-		{"launcher failed", spawn.Exit{Code: 12}, true, 0, 12, ReasonError},
-		{"QEMU OOM-killed, launcher exited on its own", spawn.Exit{Code: 13}, true, 1, 13, ReasonOOMKilled},
-		{"the container's process OOM-killed", spawn.Exit{Code: 137}, true, 1, 137, ReasonOOMKilled},
-		{"SIGKILL without OOM", spawn.Exit{Code: 137}, true, 0, 137, ReasonError},
-		{"podman failed before the container ran", spawn.Exit{Code: 125}, false, 0, 128, ReasonStartError},
-		{"entrypoint not found", spawn.Exit{Code: 127}, false, 0, 128, ReasonStartError},
-		{"the launcher itself exited 125", spawn.Exit{Code: 125}, true, 0, 125, ReasonError},
-		{"client killed", spawn.Exit{Code: 137, Signal: syscall.SIGKILL}, true, 0, 137, ReasonError},
-		{"client not waited for", spawn.Exit{Code: -1}, true, 0, 128, ReasonError},
+		{"exit 0", launchrt.Exit{Code: 0}, true, 0, 0, launchrt.ReasonCompleted},
+		{"launcher failed", launchrt.Exit{Code: 12}, true, 0, 12, launchrt.ReasonError},
+		{"QEMU OOM-killed, launcher exited on its own", launchrt.Exit{Code: 13}, true, 1, 13, launchrt.ReasonOOMKilled},
+		{"the container's process OOM-killed", launchrt.Exit{Code: 137}, true, 1, 137, launchrt.ReasonOOMKilled},
+		{"SIGKILL without OOM", launchrt.Exit{Code: 137}, true, 0, 137, launchrt.ReasonError},
+		{"podman failed before the container ran", launchrt.Exit{Code: 125}, false, 0, 128, launchrt.ReasonStartError},
+		{"entrypoint not found", launchrt.Exit{Code: 127}, false, 0, 128, launchrt.ReasonStartError},
+		{"the launcher itself exited 125", launchrt.Exit{Code: 125}, true, 0, 125, launchrt.ReasonError},
+		{"client killed", launchrt.Exit{Code: 137, Signal: syscall.SIGKILL}, true, 0, 137, launchrt.ReasonError},
+		{"client not waited for", launchrt.Exit{Code: -1}, true, 0, 128, launchrt.ReasonError},
 	}
 	for _, c := range cases {
 		got := podmanExit(c.exit, c.started, c.oomKills)
 		if got.Code != c.code || got.Reason != c.reason {
 			t.Errorf("%s: got %d/%s (%s), want %d/%s", c.name, got.Code, got.Reason, got.Message, c.code, c.reason)
 		}
-	}
-	if got := processExit(spawn.Exit{Code: 137, Signal: syscall.SIGKILL}); got.Code != 137 || got.Reason != ReasonError {
-		t.Errorf("process killed: %+v", got)
 	}
 }
 
@@ -123,7 +122,7 @@ func fakePodman(t *testing.T, root string) string {
 	script := `#!/bin/sh
 echo "$*" >> ` + calls + `
 case "$1" in
-run) echo '{"event":"Scheduled"}'; trap 'echo "{\"event\":\"Succeeded\"}"; exit 0' TERM
+run) echo '{"version":1,"event":"Scheduled"}'; trap 'echo "{\"version\":1,\"event\":\"Succeeded\"}"; exit 0' TERM
      echo $$ > ` + root + `/run.pid; while :; do sleep 0.05; done ;;
 kill) [ -f ` + root + `/run.pid ] || { echo "Error: no such container $4" >&2; exit 125; }
      kill -$3 $(cat ` + root + `/run.pid) ;;
@@ -141,8 +140,8 @@ func TestPodmanStartStop(t *testing.T) {
 	root := t.TempDir()
 	r := &Podman{Path: fakePodman(t, root), CgroupRoot: root, Poll: 10 * time.Millisecond}
 	lines := make(chan string, 10)
-	out := spawn.NewLineWriter(func(b []byte) { lines <- string(b) })
-	c, err := r.Start(context.Background(), ContainerSpec{PodNamespace: "ns", PodName: "p", PodUID: "u", Image: "img",
+	out := spawn.NewLineWriter(launcherapi.NewFollower(func(ev launcherapi.Event) { lines <- ev.Event }, nil).Line)
+	c, err := r.Start(context.Background(), launchrt.Spec{Pod: launchrt.Pod{Namespace: "ns", Name: "p", UID: "u", Image: "img"},
 		Dir: root, StderrFile: filepath.Join(root, "stderr"), Stdout: out})
 	if err != nil {
 		t.Fatal(err)
@@ -157,11 +156,7 @@ func TestPodmanStartStop(t *testing.T) {
 	// goes with its container).
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		pc := c.(*podmanContainer)
-		pc.mu.Lock()
-		n := pc.oomKills
-		pc.mu.Unlock()
-		if n == 1 {
+		if c.(*podmanContainer).oomKills() == 1 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -174,7 +169,7 @@ func TestPodmanStartStop(t *testing.T) {
 		t.Fatalf("Stop: killed %v, %v", killed, err)
 	}
 	<-c.Done()
-	if e := c.Exit(); e.Code != 0 || e.Reason != ReasonOOMKilled {
+	if e := c.Exit(); e.Code != 0 || e.Reason != launchrt.ReasonOOMKilled {
 		t.Errorf("exit %+v, want 0 and OOMKilled (the counter said 1)", e)
 	}
 	data, _ := os.ReadFile(filepath.Join(root, "calls"))

@@ -12,6 +12,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
+	"github.com/crashloop-harness/crashloop/pkg/launchrt"
 )
 
 // syncPod is the kubelet's part for one virt-launcher pod.
@@ -123,7 +124,7 @@ func (a *Agent) deletePod(ctx context.Context, pod *k8sv1.Pod) error {
 // failPod reports a pod whose container could not be started.
 func (a *Agent) failPod(ctx context.Context, pod *k8sv1.Pod, cause error) error {
 	a.cfg.Logger.Error("cannot start the launcher", "pod", pod.Namespace+"/"+pod.Name, "err", cause)
-	s := snapshot{StartedAt: time.Now(), Exited: true, ExitCode: 128, Reason: ReasonStartError, Message: cause.Error(), EndedAt: time.Now()}
+	s := snapshot{StartedAt: time.Now(), Exited: true, ExitCode: 128, Reason: launchrt.ReasonStartError, Message: cause.Error(), EndedAt: time.Now()}
 	return a.reportPod(ctx, pod, s)
 }
 
@@ -170,7 +171,7 @@ func podStatus(pod *k8sv1.Pod, s snapshot, hostIP string) k8sv1.PodStatus {
 		case ctr.Name == computeContainer:
 			reason := s.Reason
 			if reason == "" {
-				reason = exitReason(s.ExitCode, 0)
+				reason = launchrt.ExitReason(s.ExitCode, 0)
 			}
 			cs.State.Terminated = &k8sv1.ContainerStateTerminated{ExitCode: int32(s.ExitCode), Reason: reason,
 				Message: s.Message, StartedAt: started, FinishedAt: metav1.NewTime(s.EndedAt)}
@@ -226,7 +227,7 @@ func computeState(st k8sv1.PodStatus) string {
 			continue
 		}
 		switch {
-		case cs.State.Terminated != nil && cs.State.Terminated.Reason == ReasonOOMKilled:
+		case cs.State.Terminated != nil && cs.State.Terminated.Reason == launchrt.ReasonOOMKilled:
 			return fmt.Sprintf("terminated(%d, %s)", cs.State.Terminated.ExitCode, cs.State.Terminated.Reason)
 		case cs.State.Terminated != nil:
 			return fmt.Sprintf("terminated(%d)", cs.State.Terminated.ExitCode)
@@ -306,8 +307,8 @@ func finalPhase(s snapshot) (v1.VirtualMachineInstancePhase, string) {
 		if s.Final.Message != "" {
 			reason += ": " + s.Final.Message
 		}
-		if s.Reason == ReasonOOMKilled {
-			reason += " (compute container " + ReasonOOMKilled + ")"
+		if s.Reason == launchrt.ReasonOOMKilled {
+			reason += " (compute container " + launchrt.ReasonOOMKilled + ")"
 		}
 		if s.Final.Event == launcherapi.EventSucceeded {
 			return v1.Succeeded, reason
@@ -317,7 +318,7 @@ func finalPhase(s snapshot) (v1.VirtualMachineInstancePhase, string) {
 	if s.ExitCode == 0 {
 		return v1.Succeeded, "launcher exited 0"
 	}
-	if s.Reason == ReasonOOMKilled || s.Reason == ReasonStartError {
+	if s.Reason == launchrt.ReasonOOMKilled || s.Reason == launchrt.ReasonStartError {
 		return v1.Failed, fmt.Sprintf("compute container %s, exit code %d, without a final event", s.Reason, s.ExitCode)
 	}
 	return v1.Failed, fmt.Sprintf("launcher exited with code %d without a final event", s.ExitCode)

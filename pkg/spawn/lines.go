@@ -4,7 +4,8 @@ import "bytes"
 
 // LineWriter is an io.Writer that hands each complete line written to it,
 // without its newline, to a function: a child's output read line by line
-// (launcher events, a controller's JSON lines). Give it as Spec.Stdout; by
+// (launcher events, through launcherapi.Follower; a controller's JSON
+// lines). Give it as Spec.Stdout; by
 // the time the Process is Done every line was handed on, but a last line
 // without a newline, which Flush hands on.
 type LineWriter struct {

@@ -35,11 +35,6 @@ type Spec struct {
 	// (it always gets one of its own, so a terminal's Ctrl-C does not reach
 	// it), and Stop kill what is left of the group after the child ended.
 	Group bool
-	// Starter starts the command in place of cmd.Start. It may start
-	// another command instead, made with like (the same files,
-	// environment, folder, attributes and cancellation): the controller
-	// wraps launchers to place them in a cgroup.
-	Starter func(cmd *exec.Cmd, like func(path string, args ...string) *exec.Cmd) (*exec.Cmd, error)
 }
 
 // Process is a started child. Its methods are safe for concurrent use.
@@ -70,34 +65,23 @@ func start(spec Spec, dieWithParent bool, run func(*exec.Cmd) error) (*Process, 
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Process{group: spec.Group, cancel: cancel, done: make(chan struct{})}
-	like := func(path string, args ...string) *exec.Cmd {
-		cmd := exec.CommandContext(ctx, path, args...)
-		cmd.Dir = spec.Dir
-		if len(spec.Env) > 0 {
-			cmd.Env = append(os.Environ(), spec.Env...)
-		}
-		cmd.Stdout, cmd.Stderr = spec.Stdout, spec.Stderr
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if dieWithParent {
-			cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-		}
-		// Cancelling the context is how Stop and Terminate ask the child
-		// to end: os/exec calls Cancel only while the child has not been
-		// waited for, so a reused PID is never signalled.
-		cmd.Cancel = func() error { return p.signal(cmd, syscall.SIGTERM) }
-		return cmd
+	cmd := exec.CommandContext(ctx, spec.Path, spec.Args...)
+	cmd.Dir = spec.Dir
+	if len(spec.Env) > 0 {
+		cmd.Env = append(os.Environ(), spec.Env...)
 	}
-	cmd := like(spec.Path, spec.Args...)
-	switch {
-	case spec.Starter != nil:
-		if run != nil {
-			cancel()
-			return nil, errors.New("spawn: Spec.Starter cannot be used with a Spawner")
-		}
-		cmd, err = spec.Starter(cmd, like)
-	case run != nil:
+	cmd.Stdout, cmd.Stderr = spec.Stdout, spec.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if dieWithParent {
+		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	}
+	// Cancelling the context is how Stop and Terminate ask the child to
+	// end: os/exec calls Cancel only while the child has not been waited
+	// for, so a reused PID is never signalled.
+	cmd.Cancel = func() error { return p.signal(cmd, syscall.SIGTERM) }
+	if run != nil {
 		err = run(cmd)
-	default:
+	} else {
 		err = cmd.Start()
 	}
 	if err != nil {

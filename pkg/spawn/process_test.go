@@ -12,17 +12,25 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/crashloop-harness/crashloop/pkg/procfs"
 )
 
 // awaitGroupGone waits up to d for process group pgid to be empty and
 // returns the members left.
 func awaitGroupGone(t *testing.T, pgid int, d time.Duration) []int {
 	t.Helper()
-	m, err := WaitGroupGone(pgid, d)
-	if err != nil {
-		t.Fatal(err)
+	deadline := time.Now().Add(d)
+	for {
+		m, err := procfs.GroupMembers(pgid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m) == 0 || time.Now().After(deadline) {
+			return m
+		}
+		time.Sleep(20 * time.Millisecond) // a killed process may still be exiting
 	}
-	return m
 }
 
 // startShell starts sh -c script as a group child through a new spawner,

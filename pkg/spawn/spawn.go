@@ -100,7 +100,7 @@ func (s *Spawner) loop(setup func() error, ready chan<- error) {
 
 // Start starts spec's program on the spawner's thread, in its own process
 // group, with SIGKILL as its parent-death signal: it dies with the spawner
-// (and with this process). Spec.Starter cannot be used here.
+// (and with this process).
 func (s *Spawner) Start(spec Spec) (*Process, error) { return start(spec, true, s.startCmd) }
 
 // startCmd starts cmd (as cmd.Start does) on the spawner's thread.
