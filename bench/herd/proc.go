@@ -4,49 +4,23 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
+
+	"github.com/crashloop-harness/crashloop/pkg/procfs"
 )
 
-// userHZ is the kernel's clock tick for /proc times (USER_HZ, 100 on Linux).
-const userHZ = 100
-
-// cpuTimes are a process's CPU seconds from /proc/PID/stat: its own, and
-// those of its children it has waited for.
+// cpuTimes are a process's CPU seconds: its own, and those of its
+// children it has waited for.
 type cpuTimes struct {
 	Self, Children float64
 }
 
-// readCPU reads /proc/PID/stat. The command name may hold spaces and
-// parentheses, so fields are counted from the last ')'.
+// readCPU reads a process's CPU times through procfs.
 func readCPU(pid int) (cpuTimes, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := procfs.ReadStat(pid)
 	if err != nil {
 		return cpuTimes{}, fmt.Errorf("reading CPU of process %d: %w", pid, err)
 	}
-	return parseStat(string(data))
-}
-
-// parseStat parses the text of /proc/PID/stat.
-func parseStat(s string) (cpuTimes, error) {
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return cpuTimes{}, fmt.Errorf("/proc stat %q: no ')' after the command name", s)
-	}
-	f := strings.Fields(s[i+1:])
-	// After the name: state(3) ... utime(14) stime(15) cutime(16) cstime(17).
-	if len(f) < 15 {
-		return cpuTimes{}, fmt.Errorf("/proc stat: %d fields after the command name, want at least 15", len(f))
-	}
-	var v [4]float64
-	for k := range v {
-		n, err := strconv.ParseFloat(f[11+k], 64)
-		if err != nil {
-			return cpuTimes{}, fmt.Errorf("/proc stat field %d %q: %w", 14+k, f[11+k], err)
-		}
-		v[k] = n / userHZ
-	}
-	return cpuTimes{Self: v[0] + v[1], Children: v[2] + v[3]}, nil
+	return cpuTimes{Self: st.CPUSeconds(), Children: st.ChildrenCPUSeconds()}, nil
 }
 
 // component is one process whose CPU the bench reports.

@@ -20,6 +20,9 @@ type Stat struct {
 	// UTime and STime are the CPU time spent in user and kernel mode, in
 	// clock ticks (USER_HZ, 100 a second on Linux).
 	UTime, STime uint64
+	// CUTime and CSTime are the same for the children it has waited
+	// for, in clock ticks.
+	CUTime, CSTime uint64
 	// StartTicks is when the process started, in clock ticks since boot:
 	// with the PID it tells a process apart from a later one that reused
 	// the PID.
@@ -31,6 +34,10 @@ func (s Stat) Gone() bool { return s.State == 'Z' || s.State == 'X' }
 
 // CPUSeconds is the process's own user plus system CPU time.
 func (s Stat) CPUSeconds() float64 { return float64(s.UTime+s.STime) / 100 }
+
+// ChildrenCPUSeconds is the user plus system CPU time of the children it
+// has waited for.
+func (s Stat) ChildrenCPUSeconds() float64 { return float64(s.CUTime+s.CSTime) / 100 }
 
 // ReadStat reads /proc/PID/stat.
 func ReadStat(pid int) (Stat, error) {
@@ -56,12 +63,14 @@ func ParseStat(path string, data []byte) (Stat, error) {
 		return Stat{}, fmt.Errorf("%s: %d fields after the command name, want at least 20", path, len(f))
 	}
 	st := Stat{State: f[0][0]}
-	var errs [5]error
+	var errs [7]error
 	st.PPID, errs[0] = strconv.Atoi(f[1])
 	st.PGRP, errs[1] = strconv.Atoi(f[2])
 	st.UTime, errs[2] = strconv.ParseUint(f[11], 10, 64)
 	st.STime, errs[3] = strconv.ParseUint(f[12], 10, 64)
-	st.StartTicks, errs[4] = strconv.ParseUint(f[19], 10, 64)
+	st.CUTime, errs[4] = strconv.ParseUint(f[13], 10, 64)
+	st.CSTime, errs[5] = strconv.ParseUint(f[14], 10, 64)
+	st.StartTicks, errs[6] = strconv.ParseUint(f[19], 10, 64)
 	for _, err := range errs {
 		if err != nil {
 			return Stat{}, fmt.Errorf("%s: %w", path, err)
