@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/crashloop-harness/crashloop/pkg/netsnap"
+	"github.com/crashloop-harness/crashloop/pkg/procfs/procfstest"
 )
 
 func TestStartNeedsBinaries(t *testing.T) {
@@ -175,7 +176,7 @@ func TestControlPlane(t *testing.T) {
 		t.Errorf("stop: %v", err)
 	}
 	for _, pid := range pids {
-		if m := awaitGroupGone(t, pid, 2*time.Second); len(m) != 0 {
+		if m := procfstest.AwaitGroupGone(t, pid, 2*time.Second); len(m) != 0 {
 			t.Errorf("processes %v left after Stop", m)
 		}
 	}

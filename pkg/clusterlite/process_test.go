@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/crashloop-harness/crashloop/pkg/procfs"
 	"github.com/crashloop-harness/crashloop/pkg/spawn"
 )
 
@@ -28,23 +27,6 @@ func startShell(t *testing.T, dir, script string) *child {
 	}
 	t.Cleanup(func() { _ = syscall.Kill(-c.proc.PID(), syscall.SIGKILL) })
 	return c
-}
-
-// awaitGroupGone waits up to d for process group pgid to be empty and
-// returns the members left.
-func awaitGroupGone(t *testing.T, pgid int, d time.Duration) []int {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		m, err := procfs.GroupMembers(pgid)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(m) == 0 || time.Now().After(deadline) {
-			return m
-		}
-		time.Sleep(20 * time.Millisecond) // a killed process may still be exiting
-	}
 }
 
 func TestChildStop(t *testing.T) {

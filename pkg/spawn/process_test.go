@@ -13,25 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/crashloop-harness/crashloop/pkg/procfs"
+	"github.com/crashloop-harness/crashloop/pkg/procfs/procfstest"
 )
-
-// awaitGroupGone waits up to d for process group pgid to be empty and
-// returns the members left.
-func awaitGroupGone(t *testing.T, pgid int, d time.Duration) []int {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		m, err := procfs.GroupMembers(pgid)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(m) == 0 || time.Now().After(deadline) {
-			return m
-		}
-		time.Sleep(20 * time.Millisecond) // a killed process may still be exiting
-	}
-}
 
 // startShell starts sh -c script as a group child through a new spawner,
 // logging into dir.
@@ -68,7 +51,7 @@ func TestStop(t *testing.T) {
 			if err != nil || got != tc.want {
 				t.Errorf("Stop = %+v, %v; want %+v", got, err, tc.want)
 			}
-			if m := awaitGroupGone(t, p.PID(), 2*time.Second); len(m) != 0 {
+			if m := procfstest.AwaitGroupGone(t, p.PID(), 2*time.Second); len(m) != 0 {
 				t.Errorf("processes %v of the group survive Stop by 2s", m)
 			}
 		})
@@ -126,7 +109,7 @@ func TestChildDiesWithParent(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
-	if m := awaitGroupGone(t, childPID, 5*time.Second); len(m) != 0 {
+	if m := procfstest.AwaitGroupGone(t, childPID, 5*time.Second); len(m) != 0 {
 		_ = syscall.Kill(-childPID, syscall.SIGKILL)
 		t.Fatalf("child %v outlived its killed parent by 5s", m)
 	}
