@@ -66,7 +66,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(exitRefused)
 	}
-	if err := json.NewEncoder(os.Stdout).Encode(expanded); err != nil {
+	if err := write(os.Stdout, expanded); err != nil {
 		fmt.Fprintf(os.Stderr, "%s: writing stdout: %v\n", programName, err)
 		os.Exit(exitBadInput)
 	}
@@ -112,4 +112,19 @@ func read(r io.Reader) (*v1.VirtualMachine, []metav1.Object, error) {
 		return nil, nil, errors.New("no VirtualMachine")
 	}
 	return vm, objs, nil
+}
+
+// write encodes the VM without its status (empty: the input's was not
+// read), so that the launcher does not report one as ignored.
+func write(w io.Writer, vm *v1.VirtualMachine) error {
+	data, err := json.Marshal(vm)
+	if err != nil {
+		return err
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(data, &obj); err != nil {
+		return err
+	}
+	delete(obj, "status")
+	return json.NewEncoder(w).Encode(obj)
 }
