@@ -66,6 +66,9 @@ func (e Expander) Machine(ctx context.Context, data []byte, input string) ([]byt
 	}
 	stdin := bytes.NewBuffer(append(bytes.Clone(l.Machine), '\n'))
 	for _, r := range refs {
+		if r.Name == "" {
+			return nil, &manifest.InvalidError{Input: input, Field: r.Field + ".name", Msg: "must be set: inferring the object from a volume (inferFromVolume) needs the volume's labels, which only a cluster's PVCs and DataVolumes carry"}
+		}
 		o, ok := r.Find(objs)
 		if !ok {
 			return nil, &manifest.InvalidError{Input: input, Field: r.Field, Msg: e.missing(r, input)}
