@@ -79,7 +79,8 @@ build: deps
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/virt-launcher ./cmd/virt-launcher-convert
 
 ## kubevirtmode: the launcher image's KubeVirt-mode entry points (virt-launcher-monitor, KubeVirt's virt-tail and
-##   container-disk) into _build/bin; a module of its own with KubeVirt's pins, so `make run` does not wait for it
+##   container-disk) and the launcher's instancetype expander (virt-launcher-expand) into _build/bin; a module of its
+##   own with KubeVirt's pins, so `make run` does not wait for it
 kubevirtmode: deps
 	GO=$(GO) kubevirtmode/build.sh $(BIN)
 
@@ -117,9 +118,10 @@ test:
 	@$(MAKE) --no-print-directory -j2 kvrender image
 	@$(MAKE) --no-print-directory unit fuzz lint functest bench-smoke
 
-unit: deps clusterlite kvrender
-	CLUSTERLITE_BIN_DIR=$(CURDIR)/$(CLUSTERLITE_BIN) KVRENDER=$(CURDIR)/$(KVRENDER) $(GO) test -count=1 ./pkg/... ./cmd/... ./internal/...
-	cd kubevirtmode && $(GO) test -count=1 ./monitor/...
+unit: deps clusterlite kvrender kubevirtmode
+	CLUSTERLITE_BIN_DIR=$(CURDIR)/$(CLUSTERLITE_BIN) KVRENDER=$(CURDIR)/$(KVRENDER) \
+		VIRT_LAUNCHER_EXPAND=$(CURDIR)/$(BIN)/virt-launcher-expand $(GO) test -count=1 ./pkg/... ./cmd/... ./internal/...
+	cd kubevirtmode && $(GO) test -count=1 ./monitor/... ./vmexpand/...
 
 fuzz: deps
 	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./pkg/faults

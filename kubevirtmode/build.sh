@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the KubeVirt-mode entry points of the launcher image into BIN_DIR:
 #   virt-launcher-monitor  ours (cmd/virt-launcher-monitor of this module)
+#   virt-launcher-expand   ours: instancetypes and preferences expanded with
+#                          KubeVirt's code, for the converter stage
 #   virt-tail              KubeVirt v1.6.0's, built from kubevirt.io/kubevirt
 #   container-disk         KubeVirt v1.6.0's, its C source in the module
 #                          (cmd/container-disk-v2alpha/main.c), linked
@@ -15,7 +17,7 @@ go=${GO:-go}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 cd "$here"
-"$go" build -ldflags="-s -w" -o "$out/" ./cmd/virt-launcher-monitor kubevirt.io/kubevirt/cmd/virt-tail
+"$go" build -ldflags="-s -w" -o "$out/" ./cmd/virt-launcher-monitor ./cmd/virt-launcher-expand kubevirt.io/kubevirt/cmd/virt-tail
 src=$("$go" list -m -f '{{.Dir}}' kubevirt.io/kubevirt)/cmd/container-disk-v2alpha/main.c
 if [[ ! -x $out/container-disk || $src -nt $out/container-disk ]]; then
 	${CC:-gcc} -static -O2 -o "$out/container-disk" "$src"

@@ -24,6 +24,7 @@ require (
 	k8s.io/client-go v12.0.0+incompatible
 	kubevirt.io/api v1.6.0
 	kubevirt.io/kubevirt v1.6.0
+	sigs.k8s.io/yaml v1.6.0
 )
 
 require (
@@ -111,7 +112,6 @@ require (
 	sigs.k8s.io/controller-runtime v0.20.2 // indirect
 	sigs.k8s.io/json v0.0.0-20241010143419-9aa6b5e7a4b3 // indirect
 	sigs.k8s.io/structured-merge-diff/v4 v4.4.3 // indirect
-	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
 replace (

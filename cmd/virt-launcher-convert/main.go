@@ -47,7 +47,8 @@ func main() {
 		exe = "virt-launcher-convert"
 	}
 	dir := filepath.Dir(exe)
-	p, code := launchprep.Prepare(ctx, launchprep.Options{Request: req, Stderr: os.Stderr, FrontExe: filepath.Join(dir, front)})
+	p, code := launchprep.Prepare(ctx, launchprep.Options{Request: req, Stderr: os.Stderr, FrontExe: filepath.Join(dir, front),
+		ExpandExe: filepath.Join(dir, launchprep.ExpanderName)})
 	if p != nil {
 		// The runner installs its own handlers; a signal from here on is
 		// its to handle, or ends the process and the reaper cleans up.

@@ -290,7 +290,7 @@ var _ = Describe("manifests refused before anything starts", func() {
 		},
 		Entry("two YAML documents", func(string) string {
 			return testGuestDump("rv-refused") + "---\n" + testGuestDump("rv-other")
-		}, "2 YAML documents: want exactly one"),
+		}, "documents 1 and 2 are both a VirtualMachine or VirtualMachineInstance: one launch runs one VMI"),
 		Entry("a cloudInitNoCloud secretRef", func(string) string {
 			return efiVMI("rv-refused", v1.VolumeSource{CloudInitNoCloud: &v1.CloudInitNoCloudSource{UserDataSecretRef: &k8sv1.LocalObjectReference{Name: "my-userdata"}}})
 		}, "cloudInitNoCloud.secretRef", "no cluster secrets"),

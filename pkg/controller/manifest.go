@@ -133,6 +133,14 @@ func parseVM(js []byte) (*v1.VirtualMachine, error) {
 		}
 		return nil, fmt.Errorf("decoding VirtualMachine: %w", err)
 	}
+	if vm.Spec.Instancetype != nil || vm.Spec.Preference != nil {
+		// Dropping them would run another VM than the manifest's.
+		field := "spec.instancetype"
+		if vm.Spec.Instancetype == nil {
+			field = "spec.preference"
+		}
+		return nil, fmt.Errorf("field %s: virt-controller does not expand instancetypes and preferences yet; write them into spec.template, or run the VM with virt-launcher, which expands them", field)
+	}
 	if vm.Status.StartFailure != nil || vm.Status.PrintableStatus != "" {
 		// A status in a manifest would masquerade as the controller's record.
 		vm.Status = v1.VirtualMachineStatus{}

@@ -29,6 +29,9 @@ func TestParseManifestsRejectsBadInput(t *testing.T) {
 		{"no template", vm("  runStrategy: Always\n"), []string{"spec.template"}},
 		{"running and runStrategy", vm("  running: true\n  runStrategy: Always\n  template: {spec: {domain: {devices: {}}}}\n"), []string{"spec.running", "spec.runStrategy"}},
 		{"misspelled field", vm("  runStrategey: Always\n  template: {spec: {domain: {devices: {}}}}\n"), []string{"unknown field", "runStrategey"}},
+		{"an instancetype", vm("  instancetype: {name: small}\n  template: {spec: {domain: {devices: {}}}}\n"),
+			[]string{"spec.instancetype", "does not expand instancetypes and preferences yet", "virt-launcher"}},
+		{"a preference", vm("  preference: {name: virtio}\n  template: {spec: {domain: {devices: {}}}}\n"), []string{"spec.preference"}},
 		{"not YAML", "{{{", []string{"YAML"}},
 		{"empty", "# nothing\n", []string{"no VirtualMachine"}},
 	}

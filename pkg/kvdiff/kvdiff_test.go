@@ -13,6 +13,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/crashloop-harness/crashloop/pkg/launchprep"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/differences.txt from this run")
@@ -53,7 +55,11 @@ func TestDifferential(t *testing.T) {
 	if err != nil {
 		t.Fatalf("kvrender: %v\n%s", err, stderr.String())
 	}
-	sb := Sandbox{Dir: t.TempDir()}
+	expander := os.Getenv("VIRT_LAUNCHER_EXPAND")
+	if expander == "" {
+		t.Fatal("KVRENDER is set but VIRT_LAUNCHER_EXPAND is not: `make unit` builds kubevirtmode's virt-launcher-expand and sets it")
+	}
+	sb := Sandbox{Dir: t.TempDir(), Expand: launchprep.Expander{Exe: expander, Dir: "testdata/kubevirt-v1.6.0"}}
 	var table []string
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(nil, 1<<24)
@@ -81,7 +87,7 @@ func TestDifferential(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got != string(want) {
-		t.Errorf("the differences with KubeVirt's converter changed; if that is intended, run\n  KVRENDER=%s go test ./pkg/kvdiff -run TestDifferential -update\nand commit %s. Diff (- table, + now):\n%s", bin, golden, lineDiff(string(want), got))
+		t.Errorf("the differences with KubeVirt's converter changed; if that is intended, run\n  KVRENDER=%s VIRT_LAUNCHER_EXPAND=%s go test ./pkg/kvdiff -run TestDifferential -update\nand commit %s. Diff (- table, + now):\n%s", bin, expander, golden, lineDiff(string(want), got))
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/crashloop-harness/crashloop/pkg/converter"
 	"github.com/crashloop-harness/crashloop/pkg/kvdefaults"
+	"github.com/crashloop-harness/crashloop/pkg/launchprep"
 	"github.com/crashloop-harness/crashloop/pkg/manifest"
 )
 
@@ -21,14 +22,21 @@ import (
 // per-VMI scratch folder, so that rendering touches nothing else.
 type Sandbox struct {
 	Dir string
+	// Expand is how our side expands the instancetypes and preferences a
+	// VM names (virt-launcher-expand and the --instancetypes folder).
+	Expand launchprep.Expander
 }
 
 // Ours renders one manifest the way the launcher's converter stage does
-// (pkg/launchprep: manifest.Read, converter.CheckSupported,
+// (pkg/launchprep: the Expander, manifest.Read, converter.CheckSupported,
 // kvdefaults.Apply, converter.Convert) under TCG, inside the sandbox. An
 // error is the launcher's refusal.
 func (s Sandbox) Ours(ctx context.Context, data []byte, input string) (string, error) {
-	vmi, doc, err := manifest.Read(data, input)
+	machine, err := s.Expand.Machine(ctx, data, input)
+	if err != nil {
+		return "", err
+	}
+	vmi, doc, err := manifest.Read(machine, input)
 	if err != nil {
 		return "", err
 	}

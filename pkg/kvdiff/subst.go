@@ -71,6 +71,10 @@ func substitutions() []Rule {
 					}
 				}
 			}},
+		{"memory-hotplug", "substitution: KubeVirt gives a VMI of 1Gi or more memory-hotplug room as maxMemory with slots=\"0\" (maxGuest, 4x guest), which its libvirt 10.10 takes; this machine's libvirt 9.0 refuses that element (\"both maximum memory size and memory slot count must be specified\", and with slots a NUMA node), so the launcher leaves it out: the guest boots with the same memory and cannot hot-plug more, as no launch can",
+			func(kv, ours *Node) {
+				kv.Remove("maxMemory", func(c *Node) bool { return c.Attrs["slots"] == "" || c.Attrs["slots"] == "0" })
+			}},
 		{"identity", "substitution: the domain UUID, its copy in the SMBIOS system entry and KubeVirt's metadata element (its bookkeeping) come from the cluster (VMI UID, VM name hash)",
 			func(kv, ours *Node) {
 				for _, n := range []*Node{kv, ours} {

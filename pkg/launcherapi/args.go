@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strconv"
 	"time"
 
@@ -82,6 +83,10 @@ type Args struct {
 	// KubeVirt's file-system PVC layout: claim NAME is ClaimDir/NAME/disk.img.
 	// Empty refuses such volumes.
 	ClaimDir string
+	// Instancetypes is a folder of YAML or JSON files with the
+	// (Cluster)Instancetype and (Cluster)Preference objects a
+	// VirtualMachine may name, beside those in the manifest's own file.
+	Instancetypes string
 }
 
 // DefaultArgs are the effective values of every flag left off.
@@ -139,6 +144,7 @@ func (a Args) Build() []string {
 		out = append(out, "--fault", f)
 	}
 	str("--claim-dir", a.ClaimDir)
+	str("--instancetypes", a.Instancetypes)
 	out = append(out, a.Extra...)
 	if a.Manifest != "" {
 		out = append(out, a.Manifest)
@@ -179,6 +185,7 @@ func (a *Args) FlagSet(out io.Writer) *pflag.FlagSet {
 	fs.BoolVar(&a.DryRun, "dry-run", a.DryRun, "print the VMI with KubeVirt's defaults applied (a YAML document) and the libvirt domain XML (faults applied) to stdout and exit without starting anything")
 	fs.StringArrayVar(&a.Faults, "fault", a.Faults, "inject a fault: NAME[=TERM] (repeatable; see the fault table in the README)")
 	fs.StringVar(&a.ClaimDir, "claim-dir", a.ClaimDir, "folder of persistentVolumeClaim and dataVolume volumes: claim NAME is DIR/NAME/disk.img (empty: such volumes are refused)")
+	fs.StringVar(&a.Instancetypes, "instancetypes", a.Instancetypes, "folder of YAML/JSON files with the (Cluster)Instancetype and (Cluster)Preference objects a VirtualMachine may name (the manifest's own file is read first)")
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: virt-launcher [flags] VMI.yaml\n\nBoots one KubeVirt VirtualMachineInstance (YAML or JSON file, - for stdin) through libvirt.\n\nFlags:\n%s", fs.FlagUsages())
 	}
@@ -233,6 +240,11 @@ func (a Args) Validate() error {
 	}
 	if _, err := ParseLogLevel(a.LogLevel); err != nil {
 		return err
+	}
+	if a.Instancetypes != "" {
+		if fi, err := os.Stat(a.Instancetypes); err != nil || !fi.IsDir() {
+			return fmt.Errorf("--instancetypes %s: want a folder of YAML or JSON files with instancetypes and preferences", a.Instancetypes)
+		}
 	}
 	return nil
 }

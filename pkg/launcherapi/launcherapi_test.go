@@ -19,8 +19,12 @@ func TestArgsRoundTrip(t *testing.T) {
 		ImageDir: "/i", ConsoleLog: "/x/console.log", ReadyMarker: "READY", StartTimeout: FixedStartTimeout(283 * time.Second),
 		GracePeriod: &grace, Seed: 1<<63 + 5, Attempt: 4, EventFormat: FormatText, LogLevel: "debug",
 		SimulateCrash: true, DryRun: true, Faults: []string{"qemu-hang", "qemu-kill=50%2*after=1s"}, ClaimDir: "/claims",
+		Instancetypes: t.TempDir(),
 	}
 	argv := in.Build()
+	if got := strings.Join(argv, " "); !strings.Contains(got, "--instancetypes "+in.Instancetypes) {
+		t.Errorf("Build renders --instancetypes: %s", got)
+	}
 	if got := strings.Join(argv, " "); !strings.Contains(got, "--qemu-timeout 283s --qemu-timeout-jitter 0s") {
 		t.Errorf("Build renders the timeout as whole seconds with no jitter: %s", got)
 	}
@@ -50,6 +54,10 @@ func TestArgsZeroMeansDefault(t *testing.T) {
 }
 
 func TestParseArgsErrors(t *testing.T) {
+	file := t.TempDir() + "/objects.yaml"
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		argv []string
 		want string
@@ -65,6 +73,8 @@ func TestParseArgsErrors(t *testing.T) {
 		{[]string{"--log-level", "loud", "v"}, `--log-level: unknown level "loud"`},
 		{[]string{"--seed", "x", "v"}, `seed "x": want a decimal integer`},
 		{[]string{"--no-such-flag", "v"}, "unknown flag: --no-such-flag"},
+		{[]string{"--instancetypes", "/no/such/folder", "v"}, "--instancetypes /no/such/folder: want a folder of YAML or JSON files"},
+		{[]string{"--instancetypes", file, "v"}, "--instancetypes " + file + ": want a folder"},
 	} {
 		_, err := ParseArgs(tc.argv, DefaultArgs(), io.Discard)
 		var ue *UsageError

@@ -43,6 +43,9 @@ type Options struct {
 	Stderr io.Writer
 	// FrontExe is the light front, virt-launcher, which runs the reaper.
 	FrontExe string
+	// ExpandExe is virt-launcher-expand, run for a VM that names an
+	// instancetype or a preference.
+	ExpandExe string
 }
 
 // Prepared is a launch ready for the runner: its plan, and the folders and
@@ -65,10 +68,9 @@ func Prepare(ctx context.Context, o Options) (*Prepared, launcherapi.ExitCode) {
 		fmt.Fprintf(o.Stderr, "virt-launcher: %v\n", err)
 		return nil, launcherapi.ExitUsage
 	}
-	vmi, doc, err := manifest.Read(o.Request.Manifest, input)
-	if err != nil {
-		fmt.Fprintf(o.Stderr, "virt-launcher: %v\n", err)
-		return nil, launcherapi.ExitInvalidManifest
+	vmi, doc, code, ok := read(ctx, o, a)
+	if !ok {
+		return nil, code
 	}
 	if doc.Kind == "VirtualMachine" {
 		log.Info("the manifest is a VirtualMachine: its template runs as one VMI, one attempt", "input", input, "vmi", vmi.Namespace+"/"+vmi.Name, "uid", vmi.UID)
@@ -113,6 +115,32 @@ func Prepare(ctx context.Context, o Options) (*Prepared, launcherapi.ExitCode) {
 		return nil, code
 	}
 	return p, 0
+}
+
+// read takes the VM or VMI out of the manifest file, expands the
+// instancetype and preference a VM names (Expander) and decodes it.
+func read(ctx context.Context, o Options, a launcherapi.Args) (*v1.VirtualMachineInstance, *manifest.Document, launcherapi.ExitCode, bool) {
+	input := o.Request.Input
+	machine, err := Expander{Exe: o.ExpandExe, Dir: a.Instancetypes}.Machine(ctx, o.Request.Manifest, input)
+	var invalid *manifest.InvalidError
+	var usage *UsageError
+	switch {
+	case errors.As(err, &invalid):
+		fmt.Fprintf(o.Stderr, "virt-launcher: %v\n", err)
+		return nil, nil, launcherapi.ExitInvalidManifest, false
+	case errors.As(err, &usage):
+		fmt.Fprintf(o.Stderr, "virt-launcher: %v\n", err)
+		return nil, nil, launcherapi.ExitUsage, false
+	case err != nil:
+		fmt.Fprintf(o.Stderr, "virt-launcher: %v\n", err)
+		return nil, nil, launcherapi.ExitInternal, false
+	}
+	vmi, doc, err := manifest.Read(machine, input)
+	if err != nil {
+		fmt.Fprintf(o.Stderr, "virt-launcher: %v\n", err)
+		return nil, nil, launcherapi.ExitInvalidManifest, false
+	}
+	return vmi, doc, 0, true
 }
 
 // prepare makes the launch's folders and files, starts the reaper and
@@ -221,7 +249,7 @@ func absPaths(a *launcherapi.Args) error {
 	for _, f := range []struct {
 		flag string
 		p    *string
-	}{{"--claim-dir", &a.ClaimDir}, {"--cache-dir", &a.CacheDir}, {"--runtime-dir", &a.RuntimeDir}, {"--console-log", &a.ConsoleLog}, {"--image-dir", &a.ImageDir}} {
+	}{{"--claim-dir", &a.ClaimDir}, {"--cache-dir", &a.CacheDir}, {"--runtime-dir", &a.RuntimeDir}, {"--console-log", &a.ConsoleLog}, {"--image-dir", &a.ImageDir}, {"--instancetypes", &a.Instancetypes}} {
 		if *f.p == "" {
 			continue
 		}

@@ -17,11 +17,12 @@ import (
 // carries them to the launcher, which imports them into the claim folder.)
 var vmOnlyFields = []string{"runStrategy", "running", "updateVolumesStrategy"}
 
-// vmRefused are VirtualMachine spec fields that would change the VMI
-// through cluster objects a launch cannot read.
+// vmRefused are VirtualMachine spec fields that change the VMI through
+// cluster objects, which Read does not expand (pkg/launchprep's Expander
+// does, before Read).
 var vmRefused = map[string]string{
-	"instancetype": "is a cluster object the launcher does not expand yet: write its CPU and memory into spec.template.spec.domain",
-	"preference":   "is a cluster object the launcher does not expand yet: write its devices into spec.template.spec.domain",
+	"instancetype": "is a cluster object that must be expanded first: virt-launcher does (with virt-launcher-expand), from the manifest's file or --instancetypes",
+	"preference":   "is a cluster object that must be expanded first: virt-launcher does (with virt-launcher-expand), from the manifest's file or --instancetypes",
 }
 
 // refusedRef names the object a VM's instancetype or preference matcher

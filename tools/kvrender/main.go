@@ -1,7 +1,9 @@
 // Command kvrender renders VM and VMI manifests into libvirt domain XML with
-// KubeVirt v1.6.0's own code, linked from kubevirt.io/kubevirt: the VM
-// defaults and instancetype/preference expansion (pkg/defaults,
-// pkg/instancetype/expand), the VMI defaults virt-api's mutating webhook
+// KubeVirt v1.6.0's own code, linked from kubevirt.io/kubevirt: what
+// virt-api and virt-controller do to a VM before its VMI exists, VM
+// defaults and instancetype/preference application in their order
+// (kubevirtmode/vmexpand, which the launcher's virt-launcher-expand runs
+// too), the VMI defaults virt-api's mutating webhook
 // applies (defaults.SetDefaultVirtualMachineInstance), the options
 // virt-handler sends (the cluster's SMBIOS, balloon stats period, EFI
 // display), a converter context built the way virt-launcher's

@@ -12,14 +12,11 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/tools/cache"
 	v1 "kubevirt.io/api/core/v1"
-	"kubevirt.io/api/instancetype/v1beta1"
 	"sigs.k8s.io/yaml"
-)
 
-// defaultNamespace is where kubectl puts an object without a namespace.
-const defaultNamespace = "default"
+	"github.com/crashloop-harness/crashloop/kubevirtmode/vmexpand"
+)
 
 // machine is one VM or VMI document.
 type machine struct {
@@ -35,48 +32,13 @@ type fileDocs struct {
 	objects  []metav1.Object
 }
 
-// objects are the instancetypes and preferences a VM may name, in the
-// stores KubeVirt's finders read.
-type objects struct {
-	instancetypes, clusterInstancetypes cache.Store
-	preferences, clusterPreferences     cache.Store
-	list                                []metav1.Object
-}
-
-func newObjects(list []metav1.Object) (*objects, error) {
-	o := &objects{
-		instancetypes:        cache.NewStore(cache.MetaNamespaceKeyFunc),
-		clusterInstancetypes: cache.NewStore(cache.MetaNamespaceKeyFunc),
-		preferences:          cache.NewStore(cache.MetaNamespaceKeyFunc),
-		clusterPreferences:   cache.NewStore(cache.MetaNamespaceKeyFunc),
-		list:                 list,
-	}
-	for _, obj := range list {
-		var err error
-		switch obj.(type) {
-		case *v1beta1.VirtualMachineInstancetype:
-			err = o.instancetypes.Add(obj)
-		case *v1beta1.VirtualMachineClusterInstancetype:
-			err = o.clusterInstancetypes.Add(obj)
-		case *v1beta1.VirtualMachinePreference:
-			err = o.preferences.Add(obj)
-		case *v1beta1.VirtualMachineClusterPreference:
-			err = o.clusterPreferences.Add(obj)
-		}
-		if err != nil {
-			return nil, err
-		}
-	}
-	return o, nil
-}
+// objects are the instancetypes and preferences a VM may name, kept as a
+// list so that a file's own can be added to --objects'.
+type objects struct{ list []metav1.Object }
 
 // with returns the objects plus more (a file's own).
 func (o *objects) with(more []metav1.Object) *objects {
-	n, err := newObjects(append(append([]metav1.Object{}, o.list...), more...))
-	if err != nil {
-		panic(err) // MetaNamespaceKeyFunc fails only for objects without metadata
-	}
-	return n
+	return &objects{list: append(append([]metav1.Object{}, o.list...), more...)}
 }
 
 func readObjectDir(dir string) (*objects, error) {
@@ -94,7 +56,7 @@ func readObjectDir(dir string) (*objects, error) {
 			list = append(list, d.objects...)
 		}
 	}
-	return newObjects(list)
+	return &objects{list: list}, nil
 }
 
 func readFile(path string) (*fileDocs, error) {
@@ -126,73 +88,25 @@ func (d *fileDocs) add(index int, doc []byte) error {
 	if err := yaml.Unmarshal(doc, &tm); err != nil {
 		return err
 	}
-	var obj metav1.Object
-	switch tm.Kind {
-	case "VirtualMachine":
+	switch {
+	case tm.Kind == "VirtualMachine":
 		vm := &v1.VirtualMachine{}
-		obj = vm
-		d.machines = append(d.machines, machine{index: index, vm: vm})
-	case "VirtualMachineInstance":
+		if err := yaml.Unmarshal(doc, vm); err != nil {
+			return err
+		}
+		d.machines = append(d.machines, machine{index: index, name: vm.Name, vm: vm})
+	case tm.Kind == "VirtualMachineInstance":
 		vmi := &v1.VirtualMachineInstance{}
-		obj = vmi
-		d.machines = append(d.machines, machine{index: index, vmi: vmi})
-	case "VirtualMachineInstancetype":
-		obj = &v1beta1.VirtualMachineInstancetype{}
-	case "VirtualMachineClusterInstancetype":
-		obj = &v1beta1.VirtualMachineClusterInstancetype{}
-	case "VirtualMachinePreference":
-		obj = &v1beta1.VirtualMachinePreference{}
-	case "VirtualMachineClusterPreference":
-		obj = &v1beta1.VirtualMachineClusterPreference{}
-	default:
-		return nil
-	}
-	if err := yaml.Unmarshal(doc, obj); err != nil {
-		return err
-	}
-	switch obj.(type) {
-	case *v1beta1.VirtualMachineClusterInstancetype, *v1beta1.VirtualMachineClusterPreference:
-	default:
-		if obj.GetNamespace() == "" {
-			obj.SetNamespace(defaultNamespace)
+		if err := yaml.Unmarshal(doc, vmi); err != nil {
+			return err
 		}
-	}
-	if n := len(d.machines); n > 0 && d.machines[n-1].index == index {
-		d.machines[n-1].name = obj.GetName()
-	} else {
+		d.machines = append(d.machines, machine{index: index, name: vmi.Name, vmi: vmi})
+	case vmexpand.IsObjectKind(tm.Kind):
+		obj, err := vmexpand.DecodeObject(doc)
+		if err != nil {
+			return err
+		}
 		d.objects = append(d.objects, obj)
-	}
-	return nil
-}
-
-// check makes sure the instancetype and preference a VM names are known, so
-// that a missing one is an error naming its kind and name (KubeVirt's
-// finders would ask the API server for it).
-func (o *objects) check(vm *v1.VirtualMachine) error {
-	type ref struct {
-		kind, name string
-		store      cache.Store
-		key        string
-	}
-	var refs []ref
-	if it := vm.Spec.Instancetype; it != nil {
-		if strings.EqualFold(it.Kind, "VirtualMachineInstancetype") || strings.EqualFold(it.Kind, "VirtualMachineInstancetypes") {
-			refs = append(refs, ref{"VirtualMachineInstancetype", it.Name, o.instancetypes, vm.Namespace + "/" + it.Name})
-		} else {
-			refs = append(refs, ref{"VirtualMachineClusterInstancetype", it.Name, o.clusterInstancetypes, it.Name})
-		}
-	}
-	if p := vm.Spec.Preference; p != nil {
-		if strings.EqualFold(p.Kind, "VirtualMachinePreference") || strings.EqualFold(p.Kind, "VirtualMachinePreferences") {
-			refs = append(refs, ref{"VirtualMachinePreference", p.Name, o.preferences, vm.Namespace + "/" + p.Name})
-		} else {
-			refs = append(refs, ref{"VirtualMachineClusterPreference", p.Name, o.clusterPreferences, p.Name})
-		}
-	}
-	for _, r := range refs {
-		if _, ok, _ := r.store.GetByKey(r.key); !ok {
-			return fmt.Errorf("%s %q is not in the file nor in --objects", r.kind, r.name)
-		}
 	}
 	return nil
 }

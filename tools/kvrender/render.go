@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/xml"
+	"errors"
 	"fmt"
 	"path/filepath"
 
@@ -11,17 +12,15 @@ import (
 	"kubevirt.io/kubevirt/pkg/defaults"
 	ephemeraldisk "kubevirt.io/kubevirt/pkg/ephemeral-disk"
 	cmdv1 "kubevirt.io/kubevirt/pkg/handler-launcher-com/cmd/v1"
-	"kubevirt.io/kubevirt/pkg/instancetype/expand"
-	instancetypefind "kubevirt.io/kubevirt/pkg/instancetype/find"
-	preferencefind "kubevirt.io/kubevirt/pkg/instancetype/preference/find"
 	"kubevirt.io/kubevirt/pkg/network/domainspec"
 	"kubevirt.io/kubevirt/pkg/os/disk"
-	"kubevirt.io/kubevirt/pkg/testutils"
 	kutil "kubevirt.io/kubevirt/pkg/util"
 	virtconfig "kubevirt.io/kubevirt/pkg/virt-config"
 	"kubevirt.io/kubevirt/pkg/virt-launcher/virtwrap/api"
 	"kubevirt.io/kubevirt/pkg/virt-launcher/virtwrap/converter"
 	"kubevirt.io/kubevirt/pkg/virt-launcher/virtwrap/converter/arch"
+
+	"github.com/crashloop-harness/crashloop/kubevirtmode/vmexpand"
 )
 
 // The folders virt-launcher's flags default to (cmd/virt-launcher).
@@ -35,7 +34,7 @@ const (
 // render turns one VM or VMI into domain XML as a KubeVirt v1.6.0 cluster
 // with a default KubeVirt CR on an amd64 node would.
 func render(m machine, objs *objects) (string, error) {
-	cfg, _, _ := testutils.NewFakeClusterConfigUsingKVConfig(&v1.KubeVirtConfiguration{})
+	cfg := vmexpand.ClusterConfig()
 	vmi := m.vmi
 	if m.vm != nil {
 		var err error
@@ -45,7 +44,7 @@ func render(m machine, objs *objects) (string, error) {
 	}
 	vmi = vmi.DeepCopy()
 	if vmi.Namespace == "" {
-		vmi.Namespace = defaultNamespace
+		vmi.Namespace = vmexpand.DefaultNamespace
 	}
 	vmi.UID = types.UID(vmiUID)
 	// virt-api's VMI mutator (pkg/virt-api/webhooks/mutating-webhook/mutators).
@@ -68,26 +67,23 @@ func render(m machine, objs *objects) (string, error) {
 	return string(out), nil
 }
 
-// vmiFromVM is what virt-api's VM mutator and virt-controller do to a VM
-// before its VMI exists: the VM defaults, the instancetype and preference
-// expanded into the template (the expander virtctl and the expand-spec
-// subresource use), and the VMI made from the template (setupVMIFromVM).
+// vmiFromVM is what virt-api and virt-controller do to a VM before its
+// VMI exists (vmexpand.VM, in KubeVirt's order), and the VMI made from the
+// expanded template (setupVMIFromVM).
 func vmiFromVM(vm *v1.VirtualMachine, cfg *virtconfig.ClusterConfig, objs *objects) (*v1.VirtualMachineInstance, error) {
-	vm = vm.DeepCopy()
-	if vm.Namespace == "" {
-		vm.Namespace = defaultNamespace
-	}
-	if vm.Spec.Template == nil {
-		return nil, fmt.Errorf("the VirtualMachine has no spec.template")
-	}
-	defaults.SetVirtualMachineDefaults(vm, cfg, nil)
-	if err := objs.check(vm); err != nil {
+	o, err := vmexpand.NewObjects(objs.list...)
+	if err != nil {
 		return nil, err
 	}
-	e := expand.New(cfg,
-		instancetypefind.NewSpecFinder(objs.instancetypes, objs.clusterInstancetypes, nil, nil),
-		preferencefind.NewSpecFinder(objs.preferences, objs.clusterPreferences, nil, nil))
-	expanded, err := e.Expand(vm)
+	expanded, err := vmexpand.VM(vm, cfg, o)
+	var missing *vmexpand.MissingError
+	if errors.As(err, &missing) {
+		return nil, fmt.Errorf("%s %q is not in the file nor in --objects", missing.Kind, missing.Name)
+	}
+	var refused *vmexpand.RefusedError
+	if errors.As(err, &refused) {
+		return nil, fmt.Errorf("virt-api refuses the VM: %w", err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("KubeVirt's instancetype expansion: %w", err)
 	}
