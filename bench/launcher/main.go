@@ -163,6 +163,7 @@ func (b *bench) args(cacheDir string, more func(*launcherapi.Args)) []string {
 // results are every row's measurements.
 type results struct {
 	floor, cpuRead, cold, coldPID1, warm, ready, killToFailed, raw, virsh sample
+	warmScheduled, warmConnect, warmStart, virshConnect, boot             sample
 	crash, crashCPU, failFast, failFastCPU, exitAnchor, exitAnchorCPU     sample
 	cpuGets                                                               int
 	rss                                                                   []int
@@ -302,18 +303,28 @@ func (b *bench) measureWarm(r *results) error {
 		}
 		r.warm, r.ready, r.killToFailed = append(r.warm, res.running), append(r.ready, res.ready), append(r.killToFailed, res.killToFailed)
 		r.rss = append(r.rss, res.rssKiB)
+		r.warmScheduled, r.warmStart = append(r.warmScheduled, res.scheduled), append(r.warmStart, res.startCall)
+		r.warmConnect = append(r.warmConnect, res.running-res.scheduled-res.startCall)
+		r.boot = append(r.boot, res.ready-res.running)
 		d, err := virsh()
 		if err != nil {
 			return err
 		}
 		r.virsh = append(r.virsh, d)
+		if d, err = virshConnect(); err != nil {
+			return err
+		}
+		r.virshConnect = append(r.virshConnect, d)
 	}
 	return nil
 }
 
 // measureRawBoot times raw QEMU booting the same kernel, initrd and
-// command line.
+// command line with the same devices.
 func (b *bench) measureRawBoot(r *results) error {
+	if err := b.checkRawDevices(); err != nil {
+		return err
+	}
 	for range b.runs {
 		d, err := b.rawBoot()
 		if err != nil {
@@ -360,15 +371,21 @@ func (r *results) table(smoke bool) *table {
 	t.add("virsh create, warm libvirtd, same XML", "anchor", r.virsh)
 	t.add(fmt.Sprintf("raw QEMU: libvirt 9.0's guest-CPU read (qom-list + %d qom-get), serial", r.cpuGets), "anchor", r.cpuRead)
 	t.add("warm: launcher exec -> Running", "", r.warm)
+	t.add("  warm: exec -> Scheduled (front, converter, runner's start)", "share", r.warmScheduled)
+	t.add("  warm: Scheduled -> domain start call (embedded driver, define)", "share", r.warmConnect)
+	t.add("  warm: domain start call -> Running (libvirt's start, QEMU)", "share", r.warmStart)
+	t.add("  virsh version: exec -> connected -> exit (virsh's own share of create)", "share", r.virshConnect)
 	t.ratio("  warm Running / virsh create", "<= 1.0x", r.warm, r.virsh)
 	t.ratio("  warm Running / QEMU floor", "<= 5x (moonshot)", r.warm, r.floor)
 	t.ratio("  guest-CPU read / warm Running", "share", r.cpuRead, r.warm)
 	t.ratio("  guest-CPU read / virsh create", "share", r.cpuRead, r.virsh)
 	t.add("cold (fresh --cache-dir): exec -> Running", "<= 5s", r.cold)
 	t.add("cold as PID 1 (unshare --pid --fork): exec -> Running", "<= 5s", r.coldPID1)
-	t.add("raw QEMU exec -> ready marker on serial", "anchor", r.raw)
+	t.add("raw QEMU exec -> ready marker on serial (the domain's devices)", "anchor", r.raw)
 	t.add("launcher exec -> GuestReady", "", r.ready)
 	t.ratio("  GuestReady / raw QEMU", "<= 1.1x", r.ready, r.raw)
+	t.add("  launcher Running -> GuestReady (the guest's boot alone)", "share", r.boot)
+	t.ratio("  (Running -> GuestReady) / raw QEMU", "share", r.boot, r.raw)
 	t.add("SIGKILL of QEMU -> Failed event", "median < 50ms", r.killToFailed)
 	t.add("static Go program that only exits: exec -> exit (wall)", "anchor", r.exitAnchor)
 	t.add("static Go program that only exits: exec -> exit (CPU)", "anchor", r.exitAnchorCPU)
@@ -433,13 +450,17 @@ func startQEMU(cmd *exec.Cmd) (lines *bufio.Scanner, start time.Time, stop func(
 }
 
 // rawBoot times QEMU booting the test guest's kernel and initrd, with the
-// launcher's command line, from exec to the ready marker on the serial
-// console. It boots the machine type KubeVirt's defaults give the
-// launcher's domain (q35), so that the ratio compares the same machine.
+// launcher's command line and the devices its domain has (rawDevices),
+// from exec to the ready marker on the serial console. It boots the
+// machine type KubeVirt's defaults give the launcher's domain (q35), so
+// that the ratio compares the same machine.
 func (b *bench) rawBoot() (time.Duration, error) {
-	cmd := exec.Command(b.qemuBin, "-nodefaults", "-display", "none", "-no-user-config", "-accel", "tcg",
+	qga := filepath.Join(b.dir, "raw-qga.sock")
+	defer os.Remove(qga)
+	args := []string{"-nodefaults", "-display", "none", "-no-user-config", "-accel", "tcg",
 		"-machine", kvdefaults.MachineType, "-m", "256", "-smp", "1", "-kernel", b.kernel, "-initrd", b.initrd, "-append", testguest.KernelArgs,
-		"-serial", "stdio", "-no-reboot")
+		"-serial", "stdio", "-no-reboot"}
+	cmd := exec.Command(b.qemuBin, append(args, rawDevices(qga)...)...)
 	lines, start, stop, err := startQEMU(cmd)
 	if err != nil {
 		return 0, err
@@ -459,7 +480,11 @@ func (b *bench) rawBoot() (time.Duration, error) {
 // wrapper before it).
 type launchResult struct {
 	running, ready, killToFailed time.Duration
-	rssKiB                       int
+	// scheduled is exec -> the Scheduled event (the front, the converter,
+	// the runner's start); startCall is the domain start's share of
+	// Running (libvirt's start call, QEMU included).
+	scheduled, startCall time.Duration
+	rssKiB               int
 }
 
 // launch runs the launcher (behind wrapper, if any) to Running; with
@@ -475,11 +500,18 @@ func (b *bench) launch(wrapper, args []string, toReady bool) (launchResult, erro
 		return res, err
 	}
 	defer l.kill()
-	running, err := l.waitFor(launcherapi.EventRunning, 200*time.Second)
+	scheduled, err := l.waitFor(launcherapi.EventScheduled, 200*time.Second)
 	if err != nil {
 		return res, err
 	}
-	res.running = running.Sub(l.start)
+	running, ev, err := l.waitForEvent(launcherapi.EventRunning, 200*time.Second)
+	if err != nil {
+		return res, err
+	}
+	res.scheduled, res.running = scheduled.Sub(l.start), running.Sub(l.start)
+	if ev.Running != nil {
+		res.startCall = time.Duration(ev.Running.StartSeconds * float64(time.Second))
+	}
 	if toReady {
 		at, err := l.waitFor(launcherapi.EventGuestReady, 90*time.Second)
 		if err != nil {
@@ -549,6 +581,17 @@ func buildExitAnchor(dir string) (string, error) {
 		return "", fmt.Errorf("building the static exit program: %v: %s", err, out)
 	}
 	return bin, nil
+}
+
+// virshConnect times `virsh version` against the daemon: virsh's start,
+// its connection and two calls, what `virsh create` pays besides the
+// daemon's domain start.
+func virshConnect() (time.Duration, error) {
+	start := time.Now()
+	if msg, err := exec.Command("virsh", "-c", "qemu:///system", "version").CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("virsh version: %v: %s", err, msg)
+	}
+	return time.Since(start), nil
 }
 
 // scratchDir finds the per-VMI scratch folder in a domain's socket paths.
