@@ -129,9 +129,6 @@ type bench struct {
 	config
 	dir, vmi, failFastVMI string
 	kernel, initrd        string
-	// exitAnchor is the static Go program that only exits, the crash
-	// path's floor.
-	exitAnchor string
 }
 
 // parseOnly reads -only: a set of stepNames, nil for all.
