@@ -16,12 +16,15 @@
 //     of a new PID namespace (`unshare --pid --fork --mount-proc`);
 //   - SIGKILL of QEMU to the launcher's Failed event;
 //   - --simulate-crash and the fail-fast annotation: exec to exit, wall and
-//     CPU time;
+//     CPU time, against a static Go program that only exits (built by the
+//     benchmark, CGO_ENABLED=0), run in turn with them the same way;
 //   - the RSS of the launcher and its helper processes (QEMU excluded)
 //     while the guest runs.
 //
 // -smoke measures every row once (seconds, for `make test`), so the
-// benchmark cannot rot unnoticed; `make bench` runs the full counts.
+// benchmark cannot rot unnoticed; `make bench` runs the full counts and
+// says of every ratio with a target whether it is met. -only measures some
+// of the rows (short holds of the suites' lock).
 //
 // The daemon comparison needs libvirtd: the program starts virtlogd and
 // libvirtd itself when none runs, with QEMU as root like the launcher's own
@@ -81,7 +84,12 @@ type config struct {
 	qemuBin        string
 	smoke          bool
 	warmCPU        int
+	only           map[string]bool
 }
+
+// stepNames are the groups of rows -only chooses from, in the order they
+// run.
+var stepNames = []string{"floor", "cpuread", "cold", "warm", "raw", "crash"}
 
 func main() {
 	var c config
@@ -92,7 +100,13 @@ func main() {
 	flag.StringVar(&c.qemuBin, "qemu", "qemu-system-x86_64", "QEMU binary for the floor and raw-boot rows")
 	flag.IntVar(&c.warmCPU, "warm-cpu", 0, "pin the launch that fills the warm capability cache and the warm launches to this CPU (taskset; -1: no pinning): libvirt 9.0 invalidates its cache when the host CPUID differs, and on PVM hosts it differs between CPUs")
 	flag.BoolVar(&c.smoke, "smoke", false, "measure every row once (a check that the benchmark runs, not a measurement)")
+	only := flag.String("only", "", "measure only these comma-separated groups of rows: "+strings.Join(stepNames, ", ")+" (warm: warm launches and virsh create in turn; all when empty)")
 	flag.Parse()
+	var err error
+	if c.only, err = parseOnly(*only); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
 	if c.smoke {
 		c.runs, c.coldRuns = 1, 1
 	}
@@ -117,6 +131,21 @@ type bench struct {
 	kernel, initrd        string
 }
 
+// parseOnly reads -only: a set of stepNames, nil for all.
+func parseOnly(v string) (map[string]bool, error) {
+	if v == "" {
+		return nil, nil
+	}
+	set := map[string]bool{}
+	for _, name := range strings.Split(v, ",") {
+		if !slices.Contains(stepNames, name) {
+			return nil, fmt.Errorf("-only %q: unknown group %q; allowed: %s", v, name, strings.Join(stepNames, ", "))
+		}
+		set[name] = true
+	}
+	return set, nil
+}
+
 // args is the launcher's command line for a launch with the capability
 // cache at cacheDir, with extra fields set by more.
 func (b *bench) args(cacheDir string, more func(*launcherapi.Args)) []string {
@@ -131,7 +160,8 @@ func (b *bench) args(cacheDir string, more func(*launcherapi.Args)) []string {
 // results are every row's measurements.
 type results struct {
 	floor, cpuRead, cold, coldPID1, warm, ready, killToFailed, raw, virsh sample
-	crash, crashCPU, failFast, failFastCPU                                sample
+	warmScheduled, warmConnect, warmStart, virshConnect, boot             sample
+	crash, crashCPU, failFast, failFastCPU, exitAnchor, exitAnchorCPU     sample
 	cpuGets                                                               int
 	rss                                                                   []int
 }
@@ -148,21 +178,24 @@ func run(c config) (*table, error) {
 	}
 	var r results
 	for _, step := range []struct {
-		what string
-		do   func(*results) error
+		name, what string
+		do         func(*results) error
 	}{
-		{"QEMU floor", b.measureFloor},
-		{"guest-CPU read on raw QEMU", b.measureCPURead},
-		{"launches", b.measureLaunches},
-		{"raw QEMU boot", b.measureRawBoot},
-		{"virsh create", b.measureVirsh},
-		{"crash paths", b.measureCrashes},
+		{"floor", "QEMU floor", b.measureFloor},
+		{"cpuread", "guest-CPU read on raw QEMU", b.measureCPURead},
+		{"cold", "cold launches", b.measureCold},
+		{"warm", "warm launches and virsh create", b.measureWarm},
+		{"raw", "raw QEMU boot", b.measureRawBoot},
+		{"crash", "crash paths", b.measureCrashes},
 	} {
+		if c.only != nil && !c.only[step.name] {
+			continue
+		}
 		if err := step.do(&r); err != nil {
 			return nil, fmt.Errorf("%s: %w", step.what, err)
 		}
 	}
-	return r.table(), nil
+	return r.table(c.smoke), nil
 }
 
 // newBench writes the benchmark's VMIs into dir and finds the test
@@ -227,15 +260,9 @@ func (b *bench) pin() []string {
 	return []string{"taskset", "-c", strconv.Itoa(b.warmCPU)}
 }
 
-// measureLaunches times cold first launches (a fresh capability cache
-// each time, directly and as PID 1 of a new PID namespace; a first launch
-// fills the cache of the warm launches), then warm launches to Running
-// and on to GuestReady, the RSS while the guest runs, and SIGKILL of QEMU
-// to Failed.
-func (b *bench) measureLaunches(r *results) error {
-	if _, err := b.launch(b.pin(), b.args(b.warmCache(), nil), false); err != nil {
-		return fmt.Errorf("filling the warm cache: %w", err)
-	}
+// measureCold times cold first launches (a fresh capability cache each
+// time, directly and as PID 1 of a new PID namespace).
+func (b *bench) measureCold(r *results) error {
 	for i := range b.coldRuns {
 		res, err := b.launch(nil, b.args(filepath.Join(b.dir, fmt.Sprintf("cache-cold-%d", i)), nil), false)
 		if err != nil {
@@ -249,6 +276,23 @@ func (b *bench) measureLaunches(r *results) error {
 		}
 		r.coldPID1 = append(r.coldPID1, res.running)
 	}
+	return nil
+}
+
+// measureWarm fills the warm capability cache with a first launch, then
+// times warm launches to Running and on to GuestReady, the RSS while the
+// guest runs and SIGKILL of QEMU to Failed, each followed by a `virsh
+// create` of the same domain on a warm daemon, so that load that comes
+// and goes on the machine weighs on both sides of their ratio alike.
+func (b *bench) measureWarm(r *results) error {
+	if _, err := b.launch(b.pin(), b.args(b.warmCache(), nil), false); err != nil {
+		return fmt.Errorf("filling the warm cache: %w", err)
+	}
+	virsh, stop, err := b.virshCreate(b.warmCache())
+	if err != nil {
+		return err
+	}
+	defer stop()
 	for range b.runs {
 		res, err := b.launch(b.pin(), b.args(b.warmCache(), nil), true)
 		if err != nil {
@@ -256,13 +300,28 @@ func (b *bench) measureLaunches(r *results) error {
 		}
 		r.warm, r.ready, r.killToFailed = append(r.warm, res.running), append(r.ready, res.ready), append(r.killToFailed, res.killToFailed)
 		r.rss = append(r.rss, res.rssKiB)
+		r.warmScheduled, r.warmStart = append(r.warmScheduled, res.scheduled), append(r.warmStart, res.startCall)
+		r.warmConnect = append(r.warmConnect, res.running-res.scheduled-res.startCall)
+		r.boot = append(r.boot, res.ready-res.running)
+		d, err := virsh()
+		if err != nil {
+			return err
+		}
+		r.virsh = append(r.virsh, d)
+		if d, err = virshConnect(); err != nil {
+			return err
+		}
+		r.virshConnect = append(r.virshConnect, d)
 	}
 	return nil
 }
 
 // measureRawBoot times raw QEMU booting the same kernel, initrd and
-// command line.
+// command line with the same devices.
 func (b *bench) measureRawBoot(r *results) error {
+	if err := b.checkRawDevices(); err != nil {
+		return err
+	}
 	for range b.runs {
 		d, err := b.rawBoot()
 		if err != nil {
@@ -273,45 +332,69 @@ func (b *bench) measureRawBoot(r *results) error {
 	return nil
 }
 
-// measureVirsh times virsh create of the same domain against a warm
-// daemon.
-func (b *bench) measureVirsh(r *results) (err error) {
-	r.virsh, err = b.virshCreate(b.warmCache())
-	return err
-}
-
-// measureCrashes times the crash path, by flag and by annotation.
-func (b *bench) measureCrashes(r *results) (err error) {
-	crash := launcherapi.Args{SimulateCrash: true, Manifest: b.vmi}
-	if r.crash, r.crashCPU, err = b.crashes(crash.Build()); err != nil {
+// measureCrashes times the crash path, by flag and by annotation, and
+// the static Go program that only exits, in turn.
+func (b *bench) measureCrashes(r *results) error {
+	anchor, err := buildExitAnchor(b.dir)
+	if err != nil {
 		return err
 	}
+	crash := launcherapi.Args{SimulateCrash: true, Manifest: b.vmi}
 	failFast := launcherapi.Args{LogLevel: "error", Manifest: b.failFastVMI}
-	r.failFast, r.failFastCPU, err = b.crashes(failFast.Build())
-	return err
+	for range b.runs * 3 {
+		for _, c := range []struct {
+			argv      []string
+			wall, cpu *sample
+		}{
+			{[]string{anchor}, &r.exitAnchor, &r.exitAnchorCPU},
+			{append([]string{b.bin}, crash.Build()...), &r.crash, &r.crashCPU},
+			{append([]string{b.bin}, failFast.Build()...), &r.failFast, &r.failFastCPU},
+		} {
+			wall, cpu, err := crashOnce(c.argv)
+			if err != nil {
+				return err
+			}
+			*c.wall, *c.cpu = append(*c.wall, wall), append(*c.cpu, cpu)
+		}
+	}
+	return nil
 }
 
-// table is the results as the benchmark's table, with its targets.
-func (r *results) table() *table {
-	t := &table{}
+// table is the results as the benchmark's table, with its targets; a
+// smoke run does not judge its ratios.
+func (r *results) table(smoke bool) *table {
+	t := &table{judge: !smoke}
 	t.add("QEMU floor: exec -> QMP handshake done (-S)", "anchor", r.floor)
 	t.add("virsh create, warm libvirtd, same XML", "anchor", r.virsh)
 	t.add(fmt.Sprintf("raw QEMU: libvirt 9.0's guest-CPU read (qom-list + %d qom-get), serial", r.cpuGets), "anchor", r.cpuRead)
 	t.add("warm: launcher exec -> Running", "", r.warm)
-	t.ratio("  warm Running / virsh create", "<= 0.5x", r.warm, r.virsh)
+	t.add("  warm: exec -> Scheduled (front, converter, runner's start)", "share", r.warmScheduled)
+	t.add("  warm: Scheduled -> domain start call (embedded driver, define)", "share", r.warmConnect)
+	t.add("  warm: domain start call -> Running (libvirt's start, QEMU)", "share", r.warmStart)
+	t.add("  virsh version: exec -> connected -> exit (virsh's own share of create)", "share", r.virshConnect)
+	t.ratio("  warm Running / virsh create", "<= 1.0x", r.warm, r.virsh)
 	t.ratio("  warm Running / QEMU floor", "<= 5x (moonshot)", r.warm, r.floor)
 	t.ratio("  guest-CPU read / warm Running", "share", r.cpuRead, r.warm)
 	t.ratio("  guest-CPU read / virsh create", "share", r.cpuRead, r.virsh)
 	t.add("cold (fresh --cache-dir): exec -> Running", "<= 5s", r.cold)
 	t.add("cold as PID 1 (unshare --pid --fork): exec -> Running", "<= 5s", r.coldPID1)
-	t.add("raw QEMU exec -> ready marker on serial", "anchor", r.raw)
+	t.add("raw QEMU exec -> ready marker on serial (the domain's devices)", "anchor", r.raw)
 	t.add("launcher exec -> GuestReady", "", r.ready)
 	t.ratio("  GuestReady / raw QEMU", "<= 1.1x", r.ready, r.raw)
+	t.add("  launcher Running -> GuestReady (the guest's boot alone)", "share", r.boot)
+	t.ratio("  (Running -> GuestReady) / raw QEMU", "share", r.boot, r.raw)
 	t.add("SIGKILL of QEMU -> Failed event", "median < 50ms", r.killToFailed)
+	t.add("static Go program that only exits: exec -> exit (wall)", "anchor", r.exitAnchor)
+	t.add("static Go program that only exits: exec -> exit (CPU)", "anchor", r.exitAnchorCPU)
 	t.add("--simulate-crash exec -> exit (wall)", "median <= 5ms", r.crash)
+	t.ratio("  --simulate-crash / static Go exit (wall)", "<= 2.0x", r.crash, r.exitAnchor)
 	t.add("--simulate-crash exec -> exit (CPU)", "<= 3ms", r.crashCPU)
 	t.add("fail-fast annotation exec -> exit (wall)", "median <= 5ms", r.failFast)
+	t.ratio("  fail-fast annotation / static Go exit (wall)", "<= 2.0x", r.failFast, r.exitAnchor)
 	t.add("fail-fast annotation exec -> exit (CPU)", "<= 3ms", r.failFastCPU)
+	if len(r.rss) == 0 {
+		return t
+	}
 	rss := slices.Clone(r.rss)
 	slices.Sort(rss)
 	t.note("launcher + helpers RSS while the guest runs (QEMU excluded)", "< 40 MiB",
@@ -364,13 +447,17 @@ func startQEMU(cmd *exec.Cmd) (lines *bufio.Scanner, start time.Time, stop func(
 }
 
 // rawBoot times QEMU booting the test guest's kernel and initrd, with the
-// launcher's command line, from exec to the ready marker on the serial
-// console. It boots the machine type KubeVirt's defaults give the
-// launcher's domain (q35), so that the ratio compares the same machine.
+// launcher's command line and the devices its domain has (rawDevices),
+// from exec to the ready marker on the serial console. It boots the
+// machine type KubeVirt's defaults give the launcher's domain (q35), so
+// that the ratio compares the same machine.
 func (b *bench) rawBoot() (time.Duration, error) {
-	cmd := exec.Command(b.qemuBin, "-nodefaults", "-display", "none", "-no-user-config", "-accel", "tcg",
+	qga := filepath.Join(b.dir, "raw-qga.sock")
+	defer os.Remove(qga)
+	args := []string{"-nodefaults", "-display", "none", "-no-user-config", "-accel", "tcg",
 		"-machine", kvdefaults.MachineType, "-m", "256", "-smp", "1", "-kernel", b.kernel, "-initrd", b.initrd, "-append", testguest.KernelArgs,
-		"-serial", "stdio", "-no-reboot")
+		"-serial", "stdio", "-no-reboot"}
+	cmd := exec.Command(b.qemuBin, append(args, rawDevices(qga)...)...)
 	lines, start, stop, err := startQEMU(cmd)
 	if err != nil {
 		return 0, err
@@ -390,7 +477,11 @@ func (b *bench) rawBoot() (time.Duration, error) {
 // wrapper before it).
 type launchResult struct {
 	running, ready, killToFailed time.Duration
-	rssKiB                       int
+	// scheduled is exec -> the Scheduled event (the front, the converter,
+	// the runner's start); startCall is the domain start's share of
+	// Running (libvirt's start call, QEMU included).
+	scheduled, startCall time.Duration
+	rssKiB               int
 }
 
 // launch runs the launcher (behind wrapper, if any) to Running; with
@@ -406,11 +497,18 @@ func (b *bench) launch(wrapper, args []string, toReady bool) (launchResult, erro
 		return res, err
 	}
 	defer l.kill()
-	running, err := l.waitFor(launcherapi.EventRunning, 200*time.Second)
+	scheduled, err := l.waitFor(launcherapi.EventScheduled, 200*time.Second)
 	if err != nil {
 		return res, err
 	}
-	res.running = running.Sub(l.start)
+	running, ev, err := l.waitForEvent(launcherapi.EventRunning, 200*time.Second)
+	if err != nil {
+		return res, err
+	}
+	res.scheduled, res.running = scheduled.Sub(l.start), running.Sub(l.start)
+	if ev.Running != nil {
+		res.startCall = time.Duration(ev.Running.StartSeconds * float64(time.Second))
+	}
 	if toReady {
 		at, err := l.waitFor(launcherapi.EventGuestReady, 90*time.Second)
 		if err != nil {
@@ -441,70 +539,115 @@ func (b *bench) launch(wrapper, args []string, toReady bool) (launchResult, erro
 	return res, nil
 }
 
-// crashes runs the launcher with args, which make it crash at once, and
-// returns exec -> exit wall time and CPU time (user + system, its children
-// included).
-func (b *bench) crashes(args []string) (wall, cpu sample, err error) {
-	for range b.runs * 3 {
-		cmd := exec.Command(b.bin, args...)
-		start := time.Now()
-		err := cmd.Run()
-		wall = append(wall, time.Since(start))
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != int(launcherapi.ExitPanic) {
-			return nil, nil, fmt.Errorf("%s %v: want exit %d (panic), got %v", b.bin, args, launcherapi.ExitPanic, err)
-		}
-		cpu = append(cpu, cmd.ProcessState.UserTime()+cmd.ProcessState.SystemTime())
+// crashOnce runs argv, which must exit at once with the panic status,
+// and returns exec -> exit wall time and CPU time (user + system, its
+// children included).
+func crashOnce(argv []string) (wall, cpu time.Duration, err error) {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	start := time.Now()
+	err = cmd.Run()
+	wall = time.Since(start)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != int(launcherapi.ExitPanic) {
+		return 0, 0, fmt.Errorf("%v: want exit %d (panic), got %v", argv, launcherapi.ExitPanic, err)
 	}
-	return wall, cpu, nil
+	return wall, cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime(), nil
+}
+
+// buildExitAnchor builds, in dir, the crash path's floor: a static Go
+// program (CGO_ENABLED=0) whose main only calls os.Exit(2), with the go
+// command that runs the benchmark.
+func buildExitAnchor(dir string) (string, error) {
+	src := filepath.Join(dir, "exit-anchor")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		return "", err
+	}
+	for name, text := range map[string]string{
+		"go.mod":  "module exitanchor\n",
+		"main.go": "package main\n\nimport \"os\"\n\nfunc main() { os.Exit(2) }\n",
+	} {
+		if err := os.WriteFile(filepath.Join(src, name), []byte(text), 0o644); err != nil {
+			return "", err
+		}
+	}
+	bin := filepath.Join(dir, "exit-anchor.bin")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Dir = src
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building the static exit program: %v: %s", err, out)
+	}
+	return bin, nil
+}
+
+// virshConnect times `virsh version` against the daemon: virsh's start,
+// its connection and two calls, what `virsh create` pays besides the
+// daemon's domain start.
+func virshConnect() (time.Duration, error) {
+	start := time.Now()
+	if msg, err := exec.Command("virsh", "-c", "qemu:///system", "version").CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("virsh version: %v: %s", err, msg)
+	}
+	return time.Since(start), nil
 }
 
 // scratchDir finds the per-VMI scratch folder in a domain's socket paths.
 var scratchDir = regexp.MustCompile(`(?:socket|path)="(/[^"]*/scratch)/[^"/]+"`)
 
-// virshCreate renders the launcher's domain XML (--dry-run) and times
-// `virsh create` of it on a warm libvirt daemon; the first create warms it.
-func (b *bench) virshCreate(cache string) (sample, error) {
+// virshCreate renders the launcher's domain XML (--dry-run), makes sure a
+// libvirt daemon runs and warms it with a first `virsh create`; create
+// times one more `virsh create` of the same domain (and destroys it),
+// stop undoes the rest.
+func (b *bench) virshCreate(cache string) (create func() (time.Duration, error), stop func(), err error) {
 	dry := b.args(cache, func(a *launcherapi.Args) { a.DryRun, a.Accel = true, launcherapi.AccelTCG })
 	xmlOut, err := exec.Command(b.bin, dry...).Output()
 	if err != nil {
-		return nil, fmt.Errorf("virt-launcher --dry-run: %w", err)
+		return nil, nil, fmt.Errorf("virt-launcher --dry-run: %w", err)
 	}
 	// A dry run prints the defaulted VMI (a YAML document) before the XML.
 	i := bytes.Index(xmlOut, []byte("<domain"))
 	if i < 0 {
-		return nil, fmt.Errorf("virt-launcher --dry-run printed no <domain> element: %.200q", xmlOut)
+		return nil, nil, fmt.Errorf("virt-launcher --dry-run printed no <domain> element: %.200q", xmlOut)
 	}
 	xmlPath := filepath.Join(b.dir, "domain.xml")
 	if err := os.WriteFile(xmlPath, xmlOut[i:], 0o644); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// The dry run's per-VMI folder, where the domain's sockets (VNC, guest
 	// agent) go, is gone when it exits: make it again for the daemon.
+	var dirs []string
 	for _, m := range scratchDir.FindAllSubmatch(xmlOut[i:], -1) {
-		dir := string(m[1])
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(filepath.Dir(dir))
+		dirs = append(dirs, string(m[1]))
 	}
 	stopDaemon, err := ensureDaemon(b.dir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer stopDaemon()
-	var out sample
-	for i := range b.runs + 1 {
+	stop = func() {
+		stopDaemon()
+		for _, dir := range dirs {
+			_ = os.RemoveAll(filepath.Dir(dir))
+		}
+	}
+	create = func() (time.Duration, error) {
+		for _, dir := range dirs {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return 0, err
+			}
+		}
 		start := time.Now()
 		if msg, err := exec.Command("virsh", "-c", "qemu:///system", "create", xmlPath).CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("virsh create: %v: %s", err, msg)
+			return 0, fmt.Errorf("virsh create: %v: %s", err, msg)
 		}
-		if i > 0 {
-			out = append(out, time.Since(start))
-		}
+		d := time.Since(start)
 		if msg, err := exec.Command("virsh", "-c", "qemu:///system", "destroy", domainName).CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("virsh destroy: %v: %s", err, msg)
+			return 0, fmt.Errorf("virsh destroy: %v: %s", err, msg)
 		}
+		return d, nil
 	}
-	return out, nil
+	if _, err := create(); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return create, stop, nil
 }

@@ -53,21 +53,28 @@ func startLauncher(argv []string) (*launched, error) {
 
 // waitFor reads events until name and returns when this process read it.
 func (l *launched) waitFor(name string, timeout time.Duration) (time.Time, error) {
+	at, _, err := l.waitForEvent(name, timeout)
+	return at, err
+}
+
+// waitForEvent reads events until name and returns it and when this
+// process read it.
+func (l *launched) waitForEvent(name string, timeout time.Duration) (time.Time, launcherapi.Event, error) {
 	deadline := time.After(timeout)
 	for {
 		select {
 		case ev := <-l.events:
 			at := <-l.seen
 			if ev.Event == name {
-				return at, nil
+				return at, ev, nil
 			}
 			if ev.Final() {
-				return time.Time{}, fmt.Errorf("launcher ended with %s (%s: %s) before %s; stderr: %s", ev.Event, ev.Reason, ev.Message, name, l.stderr.String())
+				return time.Time{}, ev, fmt.Errorf("launcher ended with %s (%s: %s) before %s; stderr: %s", ev.Event, ev.Reason, ev.Message, name, l.stderr.String())
 			}
 		case <-l.done:
-			return time.Time{}, fmt.Errorf("launcher's output ended before a %s event; stderr: %s", name, l.stderr.String())
+			return time.Time{}, launcherapi.Event{}, fmt.Errorf("launcher's output ended before a %s event; stderr: %s", name, l.stderr.String())
 		case <-deadline:
-			return time.Time{}, fmt.Errorf("no %s event within %s", name, timeout)
+			return time.Time{}, launcherapi.Event{}, fmt.Errorf("no %s event within %s", name, timeout)
 		}
 	}
 }

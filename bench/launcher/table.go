@@ -26,9 +26,18 @@ type row struct {
 	text         string
 }
 
-type table struct{ rows []row }
+// table is the benchmark's rows; with judge, a ratio whose target is
+// "<= Nx" says whether it is met.
+type table struct {
+	rows  []row
+	judge bool
+}
 
+// add adds a row of measurements; a row not measured (-only) is left out.
 func (t *table) add(name, target string, v sample) {
+	if len(v) == 0 {
+		return
+	}
 	t.rows = append(t.rows, row{name: name, target: target, values: v})
 }
 func (t *table) note(name, target, text string) {
@@ -40,7 +49,13 @@ func (t *table) ratio(name, target string, a, b sample) {
 	if len(a) == 0 || len(b) == 0 || b.median() == 0 {
 		return
 	}
-	t.note(name, target, fmt.Sprintf("%.2fx", float64(a.median())/float64(b.median())))
+	x := float64(a.median()) / float64(b.median())
+	text := fmt.Sprintf("%.2fx", x)
+	var limit float64
+	if _, err := fmt.Sscanf(target, "<= %gx", &limit); err == nil && t.judge {
+		text += map[bool]string{true: " (met)", false: " (not met)"}[x <= limit]
+	}
+	t.note(name, target, text)
 }
 
 func (t *table) String() string {

@@ -83,3 +83,15 @@ func TestReceiveNamesTheFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestPanicText: the simulated crash prints what a fatal panic of
+// KubeVirt's value prints: the message, a blank line, then the stack of
+// the crashing goroutine, its caller first.
+func TestPanicText(t *testing.T) {
+	got := string(panicText())
+	const head = "panic: Simulated virt-launcher crash\n\ngoroutine "
+	if !strings.HasPrefix(got, head) || !strings.Contains(got, " [running]:\ngithub.com/crashloop-harness/crashloop/internal/launchplan.panicText(") ||
+		!strings.Contains(got, "launchplan.TestPanicText(") {
+		t.Fatalf("panicText() = %q; want %q then this goroutine's stack", got, head)
+	}
+}
