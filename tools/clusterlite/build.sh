@@ -22,7 +22,13 @@
 # versioned bin folder also gets etcd and kube-apiserver (built into OUT as
 # usual), so it is a whole --bin-dir for `clusterlite up`.
 #
-# usage: [KUBEVIRT_VERSION=vX.Y.Z | KUBEVIRT_SRC=DIR] tools/clusterlite/build.sh [OUT]
+# VIRT_HANDLER=1 also builds KubeVirt's node side, virt-handler and
+# virt-chroot, from the same KubeVirt (not yet run by `clusterlite up`; see
+# kubevirt/VIRT-HANDLER.md). Their main packages are KubeVirt's own
+# (kubevirt.io/kubevirt/cmd/...), kept in the module by its go.mod's tool
+# directives.
+#
+# usage: [KUBEVIRT_VERSION=vX.Y.Z | KUBEVIRT_SRC=DIR] [VIRT_HANDLER=1] tools/clusterlite/build.sh [OUT]
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -59,6 +65,14 @@ if [[ -n $src ]]; then
 	[[ $(cd "$src" && "$go" mod edit -json | jq -r .Module.Path) == kubevirt.io/kubevirt ]] ||
 		die "KUBEVIRT_SRC=$src: go.mod is not module kubevirt.io/kubevirt"
 fi
+# KubeVirt's own main packages, built as they are (kubevirt/go.mod keeps
+# them as tool directives).
+kubevirt_tools=()
+case ${VIRT_HANDLER:-} in
+'' | 0) ;;
+1) kubevirt_tools=(virt-handler virt-chroot) ;;
+*) die "VIRT_HANDLER=$VIRT_HANDLER: want 1 (also build virt-handler and virt-chroot), or 0 or empty (not)" ;;
+esac
 # The default release is the committed module, built as always.
 [[ $version == "$default_version" ]] && version=
 
@@ -84,10 +98,19 @@ build "$here/kube-apiserver" . kube-apiserver "$out" "$(cd "$here/kube-apiserver
 
 kubevirt_binaries=(virt-controller virt-api kubevirt-manifests)
 
-if [[ -z $version && -z $src ]]; then
+# build_kubevirt DIR OUT [LDFLAGS]: the KubeVirt binaries of the module in DIR into OUT.
+build_kubevirt() {
+	local b
 	for b in "${kubevirt_binaries[@]}"; do
-		build "$here/kubevirt" "./$b" "$b" "$out"
+		build "$1" "./$b" "$b" "$2" "${3:-}"
 	done
+	for b in "${kubevirt_tools[@]}"; do
+		build "$1" "kubevirt.io/kubevirt/cmd/$b" "$b" "$2"
+	done
+}
+
+if [[ -z $version && -z $src ]]; then
+	build_kubevirt "$here/kubevirt" "$out"
 	exit 0
 fi
 
@@ -159,6 +182,11 @@ done
 modpath=$(cd "$here/kubevirt" && "$go" mod edit -json | jq -r .Module.Path)
 godirective=$(cd "$here/kubevirt" && "$go" mod edit -json | jq -r .Go)
 edits=(-module="$modpath" -go="$godirective")
+# KubeVirt's main packages asked for, as tool directives (only then: a
+# release's tidy then also resolves what they import).
+for b in "${kubevirt_tools[@]}"; do
+	edits+=(-tool="kubevirt.io/kubevirt/cmd/$b")
+done
 
 # KubeVirt's replace pins: the k8s.io staging modules at one Kubernetes
 # release, openshift, ... A library's replaces bind only its own main
@@ -199,8 +227,6 @@ start=$SECONDS
 )
 echo "generated $work/go.mod for KubeVirt $record_version ($((SECONDS - start))s)" >&2
 
-for b in "${kubevirt_binaries[@]}"; do
-	build "$work" "./$b" "$b" "$bin" "-X $manifests_pkg.KubeVirtVersion=$record_version"
-done
+build_kubevirt "$work" "$bin" "-X $manifests_pkg.KubeVirtVersion=$record_version"
 cp -a "$out/etcd" "$out/kube-apiserver" "$bin/"
 echo "KubeVirt $record_version: $bin (clusterlite up --bin-dir $bin)" >&2
