@@ -254,6 +254,9 @@ func (r *run) waitEnded(ctx context.Context, timeout time.Duration) bool {
 // power button) and, once the grace period passed, KillVirtualMachine; a
 // domain that never ran is killed at once. Then the domain is deleted.
 func (r *run) stop(ctx context.Context) error {
+	if r.d.podGone() {
+		return nil // nothing left to stop
+	}
 	grace := r.d.grace()
 	if !r.ended() && r.running {
 		r.d.Log.Info("stop requested: ShutdownVirtualMachine", "gracePeriod", grace)
