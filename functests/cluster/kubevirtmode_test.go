@@ -47,6 +47,7 @@ var _ = Describe("launcher pods in KubeVirt mode", Label("kubevirt-mode"), func(
 			Expect(err).NotTo(HaveOccurred(), "podman ps: %s", out)
 			Expect(out).To(BeEmpty(), "containers of node %s left after tear-down", kvModeNode)
 		})
+		DeferCleanup(func() { keepPodLogs(s, filepath.Join(artifacts, "kubevirt-mode")) })
 		kc, err := kubecli.GetKubevirtClientFromFlags("", s.kubeconfig)
 		Expect(err).NotTo(HaveOccurred())
 
@@ -126,4 +127,26 @@ func eventNames(lines []byte) string {
 		}
 	}
 	return strings.Join(names, ", ")
+}
+
+// keepPodLogs copies the node agent's pod folders' logs and event lines
+// (the compute container's, the driver's, the launcher's and libvirt's)
+// into dir when the spec failed, before tear-down removes them.
+func keepPodLogs(s *liteStack, dir string) {
+	if !CurrentSpecReport().Failed() {
+		return
+	}
+	node := filepath.Join(s.stateDir, "node")
+	_ = filepath.WalkDir(node, func(path string, e os.DirEntry, err error) error {
+		if err != nil || !e.Type().IsRegular() || !(strings.HasSuffix(path, ".log") || strings.HasSuffix(path, ".jsonl") || strings.HasSuffix(path, ".json")) {
+			return nil
+		}
+		rel, _ := filepath.Rel(node, path)
+		data, err := os.ReadFile(path)
+		if err == nil && os.MkdirAll(filepath.Dir(filepath.Join(dir, rel)), 0o755) == nil {
+			_ = os.WriteFile(filepath.Join(dir, rel), data, 0o644)
+		}
+		return nil
+	})
+	fmt.Fprintf(GinkgoWriter, "the pods' logs are in %s\n", dir)
 }

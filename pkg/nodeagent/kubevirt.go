@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -75,10 +77,15 @@ func kubevirtLayout(pod *k8sv1.Pod) (podLayout, error) {
 			}
 			l.volumes = append(l.volumes, podVolume{name: m.Name, mountPath: m.MountPath})
 		}
+		// A mount inside another (sockets in /var/run/kubevirt) after it,
+		// as CRI runtimes order them: runc mounts in order.
+		sort.SliceStable(l.volumes, func(i, j int) bool { return depth(l.volumes[i].mountPath) < depth(l.volumes[j].mountPath) })
 		return l, nil
 	}
 	return podLayout{}, fmt.Errorf("pod %s/%s has no %q container", pod.Namespace, pod.Name, computeContainer)
 }
+
+func depth(path string) int { return strings.Count(filepath.Clean(path), "/") }
 
 // launchKubeVirt starts the pod's compute container with its own command
 // and the pod's volumes through rt, and the driver beside it through
@@ -129,8 +136,9 @@ func (c *container) launchKubeVirt(ctx context.Context, cfg *Config, rt, procs R
 		computeLog.Close()
 		return err
 	}
+	driverLog := filepath.Join(dir, "driver.log")
 	driver, err := procs.Start(ctx, launchrt.Spec{Path: cfg.KubeVirt.Driver, Dir: dir, Stdout: out,
-		StderrFile: filepath.Join(dir, "driver.log"), Truncate: true,
+		StderrFile: driverLog, Truncate: true,
 		Args: []string{"--vmi", vmiFile, "--pod-volumes", volumes, "--handler-dir", handler}})
 	if err != nil {
 		_, _ = compute.Stop(context.Background(), 0)
@@ -138,7 +146,7 @@ func (c *container) launchKubeVirt(ctx context.Context, cfg *Config, rt, procs R
 		computeLog.Close()
 		return fmt.Errorf("starting the driver beside pod %s: %w", c.podKey, err)
 	}
-	k := &kubevirtPod{compute: compute, driver: driver, done: make(chan struct{})}
+	k := &kubevirtPod{compute: compute, driver: driver, done: make(chan struct{}), log: cfg.Logger, driverLog: driverLog}
 	go k.watch(computeLog)
 	c.run = k
 	cfg.Logger.Info("launcher pod started in KubeVirt mode", "vmi", c.vmiKey.String(), "uid", c.vmiUID, "container", compute.ID(),
@@ -154,6 +162,8 @@ func (c *container) launchKubeVirt(ctx context.Context, cfg *Config, rt, procs R
 type kubevirtPod struct {
 	compute, driver launchrt.Launcher
 	done            chan struct{}
+	log             *slog.Logger
+	driverLog       string // the driver's stderr file
 }
 
 // driverAfterPod is how long the driver may outlive its pod's compute
@@ -166,7 +176,14 @@ const driverAfterPod = 5 * time.Second
 const stopMargin = 30 * time.Second
 
 func (k *kubevirtPod) watch(computeLog *os.File) {
-	<-k.compute.Done()
+	select {
+	case <-k.compute.Done():
+	case <-k.driver.Done():
+		// The driver gave up while the pod runs: say why.
+		lines, _ := spawn.Tail(k.driverLog, 5)
+		k.log.Warn("the driver ended before its launcher pod", "container", k.compute.ID(), "exit", k.driver.Exit().Code, "driverLog", strings.Join(lines, " | "))
+		<-k.compute.Done()
+	}
 	computeLog.Close()
 	select {
 	case <-k.driver.Done():

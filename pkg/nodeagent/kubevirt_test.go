@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
@@ -22,10 +23,12 @@ func TestKubeVirtLayoutReadsTheComputeCommandAndItsEmptyDirs(t *testing.T) {
 		{Name: "sockets", VolumeSource: k8sv1.VolumeSource{EmptyDir: &k8sv1.EmptyDirVolumeSource{}}},
 		{Name: "podinfo", VolumeSource: k8sv1.VolumeSource{DownwardAPI: &k8sv1.DownwardAPIVolumeSource{}}},
 	}
+	pod.Spec.Volumes = append(pod.Spec.Volumes, k8sv1.Volume{Name: "public", VolumeSource: k8sv1.VolumeSource{EmptyDir: &k8sv1.EmptyDirVolumeSource{}}})
 	pod.Spec.Containers[0].VolumeMounts = []k8sv1.VolumeMount{
 		{Name: "private", MountPath: "/var/run/kubevirt-private"},
 		{Name: "sockets", MountPath: "/var/run/kubevirt/sockets"},
 		{Name: "podinfo", MountPath: "/etc/podinfo"},
+		{Name: "public", MountPath: "/var/run/kubevirt"},
 	}
 	l, err := kubevirtLayout(pod)
 	if err != nil {
@@ -34,7 +37,9 @@ func TestKubeVirtLayoutReadsTheComputeCommandAndItsEmptyDirs(t *testing.T) {
 	if want := []string{"/usr/bin/virt-launcher-monitor", "--qemu-timeout", "250s", "--name", "vm"}; !slices.Equal(l.command, want) {
 		t.Errorf("command %q, want %q", l.command, want)
 	}
-	if want := []podVolume{{"private", "/var/run/kubevirt-private"}, {"sockets", "/var/run/kubevirt/sockets"}}; !slices.Equal(l.volumes, want) {
+	// The nested sockets mount comes after public, which holds it.
+	want := []podVolume{{"private", "/var/run/kubevirt-private"}, {"public", "/var/run/kubevirt"}, {"sockets", "/var/run/kubevirt/sockets"}}
+	if !slices.Equal(l.volumes, want) {
 		t.Errorf("volumes %v, want %v", l.volumes, want)
 	}
 	if !slices.Equal(l.skipped, []string{"podinfo"}) {
@@ -114,7 +119,7 @@ func TestKubeVirtPodStopsThroughTheDriverAndEndsWithTheContainer(t *testing.T) {
 	// The driver's graceful stop deletes the domain: the container exits
 	// 0, then the driver.
 	driver.onTerm = func() { compute.end(0); driver.end(0) }
-	k := &kubevirtPod{compute: compute, driver: driver, done: make(chan struct{})}
+	k := &kubevirtPod{compute: compute, driver: driver, done: make(chan struct{}), log: slog.Default()}
 	go k.watch(log)
 	killed, err := k.Stop(context.Background(), time.Minute)
 	if killed || err != nil {
@@ -130,7 +135,7 @@ func TestKubeVirtPodStopsThroughTheDriverAndEndsWithTheContainer(t *testing.T) {
 	// A container that crashes: the pod ends once the driver is stopped
 	// too, with the container's code.
 	compute, driver = newFake(), newFake()
-	k = &kubevirtPod{compute: compute, driver: driver, done: make(chan struct{})}
+	k = &kubevirtPod{compute: compute, driver: driver, done: make(chan struct{}), log: slog.Default()}
 	go k.watch(log)
 	compute.end(2)
 	select {
