@@ -63,6 +63,11 @@ func (d *Driver) Run(ctx context.Context, stop <-chan struct{}) error {
 	if err := d.check(); err != nil {
 		return err
 	}
+	restore, err := d.shortPaths()
+	if err != nil {
+		return err
+	}
+	defer restore()
 	n, err := StartNotify(d.HandlerDir, filepath.Join(d.Volumes, "public"), d.VMI)
 	if err != nil {
 		return err
@@ -100,6 +105,34 @@ func (d *Driver) check() error {
 		return errors.New("driver: Out and Log are both needed")
 	}
 	return nil
+}
+
+// shortPaths points Volumes and HandlerDir through symbolic links in a
+// new temporary folder: a socket's path must fit in 108 bytes, and the
+// node agent's pod folders are deeper than that allows. restore removes
+// the links and puts the paths back.
+func (d *Driver) shortPaths() (restore func(), err error) {
+	short, err := os.MkdirTemp("", "virt-handler-driver-")
+	if err != nil {
+		return nil, fmt.Errorf("making the folder of short socket paths: %w", err)
+	}
+	volumes, handler := d.Volumes, d.HandlerDir
+	restore = func() {
+		d.Volumes, d.HandlerDir = volumes, handler
+		_ = os.RemoveAll(short)
+	}
+	for link, target := range map[string]string{"v": volumes, "h": handler} {
+		abs, err := filepath.Abs(target)
+		if err == nil {
+			err = os.Symlink(abs, filepath.Join(short, link))
+		}
+		if err != nil {
+			restore()
+			return nil, fmt.Errorf("linking %s for a short socket path: %w", target, err)
+		}
+	}
+	d.Volumes, d.HandlerDir = filepath.Join(short, "v"), filepath.Join(short, "h")
+	return restore, nil
 }
 
 func (d *Driver) socket() string { return filepath.Join(d.Volumes, "sockets", LauncherSocket) }
