@@ -29,10 +29,10 @@ func TestShortPathsMakeDeepPodFoldersListenable(t *testing.T) {
 	if err != nil {
 		t.Fatalf("listening through the short path: %v", err)
 	}
-	l.Close()
 	if _, err := os.Lstat(filepath.Join(deep, "volumes", "public", NotifyPipe)); err != nil {
 		t.Errorf("the socket is not in the pod's public volume: %v", err)
 	}
+	l.Close()
 	short := filepath.Dir(d.Volumes)
 	restore()
 	if d.Volumes != filepath.Join(deep, "volumes") || d.HandlerDir != filepath.Join(deep, "handler") {
