@@ -179,9 +179,13 @@ func (k *kubevirtPod) watch(computeLog *os.File) {
 	select {
 	case <-k.compute.Done():
 	case <-k.driver.Done():
-		// The driver gave up while the pod runs: say why.
-		lines, _ := spawn.Tail(k.driverLog, 5)
-		k.log.Warn("the driver ended before its launcher pod", "container", k.compute.ID(), "exit", k.driver.Exit().Code, "driverLog", strings.Join(lines, " | "))
+		// After DeleteVirtualMachine the launcher removes its socket
+		// first, so a driver that succeeded ends a moment before the
+		// pod; one that gave up while the pod runs says why.
+		if code := k.driver.Exit().Code; code != 0 {
+			lines, _ := spawn.Tail(k.driverLog, 5)
+			k.log.Warn("the driver gave up while its launcher pod runs", "container", k.compute.ID(), "exit", code, "driverLog", strings.Join(lines, " | "))
+		}
 		<-k.compute.Done()
 	}
 	computeLog.Close()
