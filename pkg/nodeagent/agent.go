@@ -10,6 +10,11 @@
 // deletion of a terminated pod. It keeps the node's virt-handler heartbeat
 // fresh, so KubeVirt's node controller does not fail its VMIs.
 //
+// In KubeVirt mode (Config.KubeVirt) the pod's compute container runs its
+// own command line with the pod's emptyDirs instead, and kubevirtmode's
+// virt-handler-driver beside it drives it over KubeVirt's gRPC protocol
+// and writes the event lines the agent follows.
+//
 // As in KubeVirt, a VMI's domain is started only once virt-controller has
 // handed the VMI over (phase Scheduled); a launcher told to simulate a
 // crash dies as soon as its container starts, before that.
