@@ -89,10 +89,7 @@ func (d *Driver) Run(ctx context.Context, stop <-chan struct{}) error {
 	}
 	defer c.Close()
 	r := &run{d: d, n: n, c: c}
-	if err := r.sync(ctx, stop); err != nil || r.final != "" {
-		return err
-	}
-	return r.follow(ctx, stop)
+	return r.drive(ctx, stop)
 }
 
 func (d *Driver) check() error {
@@ -175,12 +172,15 @@ func (r *run) emit(event, reason, message string) {
 	}
 }
 
-// sync sends SyncVirtualMachine until the launcher accepts it, once a
-// second as virt-handler's re-queue does, reading domain events between
-// tries.
-func (r *run) sync(ctx context.Context, stop <-chan struct{}) error {
+// drive sends SyncVirtualMachine until the launcher accepts it (once a
+// second while it refuses, as virt-handler's re-queue), then follows the
+// domain until it ended, the pod ended or a stop was asked for.
+func (r *run) drive(ctx context.Context, stop <-chan struct{}) error {
 	retry := time.NewTimer(0)
 	defer retry.Stop()
+	watchPod := time.NewTicker(time.Second)
+	defer watchPod.Stop()
+	synced := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -195,35 +195,17 @@ func (r *run) sync(ctx context.Context, stop <-chan struct{}) error {
 			if r.d.podGone() {
 				return errors.New("the launcher pod ended before it accepted the VMI")
 			}
-			err := r.c.SyncVirtualMachine(r.d.VMI, nil)
-			if err == nil {
-				r.d.Log.Info("VMI synced")
-				r.emit(launcherapi.EventScheduled, "", "SyncVirtualMachine accepted the VMI")
-				return nil
+			if err := r.c.SyncVirtualMachine(r.d.VMI, nil); err != nil {
+				// virt-handler records it as a SyncFailed event and retries.
+				r.d.Log.Warn("SyncVirtualMachine failed, retrying", "err", err)
+				retry.Reset(time.Second)
+				continue
 			}
-			// virt-handler records it as a SyncFailed event and retries.
-			r.d.Log.Warn("SyncVirtualMachine failed, retrying", "err", err)
-			retry.Reset(time.Second)
-		}
-	}
-}
-
-// follow reads domain events until the domain ended, and watches the pod.
-func (r *run) follow(ctx context.Context, stop <-chan struct{}) error {
-	watchPod := time.NewTicker(time.Second)
-	defer watchPod.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-stop:
-			return r.stop(ctx)
-		case ev := <-r.n.Events:
-			if r.observe(ev); r.ended() {
-				return r.delete(ctx)
-			}
+			synced = true
+			r.d.Log.Info("VMI synced")
+			r.emit(launcherapi.EventScheduled, "", "SyncVirtualMachine accepted the VMI")
 		case <-watchPod.C:
-			if r.d.podGone() {
+			if synced && r.d.podGone() {
 				if !r.ended() {
 					return errors.New("the launcher pod ended without a final domain state")
 				}
