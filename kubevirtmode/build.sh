@@ -7,6 +7,9 @@
 #   container-disk         KubeVirt v1.6.0's, its C source in the module
 #                          (cmd/container-disk-v2alpha/main.c), linked
 #                          statically as KubeVirt's Bazel rule does
+# and, for cluster-lite's node agent in KubeVirt mode (not in the image):
+#   virt-handler-driver    ours (cmd/virt-handler-driver): virt-handler's
+#                          part for one launcher pod
 #
 #   kubevirtmode/build.sh BIN_DIR
 set -euo pipefail
@@ -17,7 +20,7 @@ go=${GO:-go}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 cd "$here"
-"$go" build -ldflags="-s -w" -o "$out/" ./cmd/virt-launcher-monitor ./cmd/virt-launcher-expand kubevirt.io/kubevirt/cmd/virt-tail
+"$go" build -ldflags="-s -w" -o "$out/" ./cmd/virt-launcher-monitor ./cmd/virt-launcher-expand ./cmd/virt-handler-driver kubevirt.io/kubevirt/cmd/virt-tail
 src=$("$go" list -m -f '{{.Dir}}' kubevirt.io/kubevirt)/cmd/container-disk-v2alpha/main.c
 if [[ ! -x $out/container-disk || $src -nt $out/container-disk ]]; then
 	${CC:-gcc} -static -O2 -o "$out/container-disk" "$src"

@@ -38,6 +38,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/pflag"
+
+	"github.com/crashloop-harness/crashloop/pkg/nodeagent"
 )
 
 func main() {
@@ -91,6 +93,8 @@ type upOptions struct {
 	logLevel    string
 	launcherLog string
 	runtime     string
+	mode        string
+	driver      string
 }
 
 func parseUp(args []string) (upOptions, error) {
@@ -108,6 +112,8 @@ func parseUp(args []string) (upOptions, error) {
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.launcherLog, "launcher-log-level", "info", "--log-level passed to every virt-launcher")
 	fs.StringVar(&o.runtime, "launcher-runtime", "auto", "how the node agent runs launcher pods: podman (a container of the pod's image, with its resources as cgroup limits), process (bare processes of --launcher), or auto (podman when it works and has the image, else process, said once at warn level)")
+	fs.StringVar(&o.mode, "launcher-mode", "direct", "what runs in a launcher pod: direct (our virt-launcher for the pod's VMI, the node agent following its events) or kubevirt (the pod's own command line, virt-launcher-monitor, in a podman container with the pod's volumes, driven over KubeVirt's gRPC protocol by --driver beside it; needs podman and the image)")
+	fs.StringVar(&o.driver, "driver", filepath.Join(binDir, "virt-handler-driver"), "kubevirtmode's virt-handler-driver, for --launcher-mode kubevirt (make kubevirtmode)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -115,6 +121,17 @@ func parseUp(args []string) (upOptions, error) {
 	case "auto", "podman", "process":
 	default:
 		return o, fmt.Errorf("--launcher-runtime %q: want auto, podman or process", o.runtime)
+	}
+	switch {
+	case o.mode == "direct":
+	case o.mode != "kubevirt":
+		return o, fmt.Errorf("--launcher-mode %q: want direct or kubevirt", o.mode)
+	case o.runtime == "process":
+		return o, errors.New("--launcher-mode kubevirt with --launcher-runtime process: KubeVirt mode runs launcher pods as podman containers (give podman or auto)")
+	default:
+		if _, err := os.Stat(o.driver); err != nil {
+			return o, fmt.Errorf("--driver %s: %w (build with `make kubevirtmode`)", o.driver, err)
+		}
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q: \"up\" takes flags only", fs.Args())
@@ -130,4 +147,13 @@ func parseUp(args []string) (upOptions, error) {
 		}
 	}
 	return o, nil
+}
+
+// agentMode is the node agent's launcher runtime and KubeVirt mode (nil:
+// direct). KubeVirt mode has no fallback to bare processes.
+func (o upOptions) agentMode() (string, *nodeagent.KubeVirtMode) {
+	if o.mode != "kubevirt" {
+		return o.runtime, nil
+	}
+	return "podman", &nodeagent.KubeVirtMode{Driver: o.driver, ImageDir: o.imageDir}
 }

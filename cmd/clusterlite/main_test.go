@@ -23,6 +23,9 @@ func TestParseUpErrors(t *testing.T) {
 		"unknown flag: --nodes":                                     append(append([]string{}, good...), "--nodes", "2"),
 		`unexpected arguments ["extra"]`:                            append(append([]string{}, good...), "extra"),
 		`--launcher-runtime "docker": want auto, podman or process`: append(append([]string{}, good...), "--launcher-runtime", "docker"),
+		`--launcher-mode "virt": want direct or kubevirt`:           append(append([]string{}, good...), "--launcher-mode", "virt"),
+		"KubeVirt mode runs launcher pods as podman containers":     append(append([]string{}, good...), "--launcher-mode", "kubevirt", "--launcher-runtime", "process"),
+		"--driver /nonexistent":                                     append(append([]string{}, good...), "--launcher-mode", "kubevirt", "--driver", "/nonexistent"),
 	}
 	for want, args := range cases {
 		if _, err := parseUp(args); err == nil || !strings.Contains(err.Error(), want) {

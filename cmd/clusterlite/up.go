@@ -77,9 +77,11 @@ func up(ctx context.Context, o upOptions, log *slog.Logger) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := runLogged(ctx, filepath.Join(s.stateDir, "kubevirt-manifests.log"), filepath.Join(o.binDir, "kubevirt-manifests"),
-		"--apply", "--kubeconfig", s.cp.KubeconfigPath(), "--ca-bundle", files["ca.crt"],
-		"--virt-api-service-ip", ip.String(), "--launcher-image", launcherImage, "-o", "yaml"); err != nil {
+	manifests := []string{"--apply", "--kubeconfig", s.cp.KubeconfigPath(), "--ca-bundle", files["ca.crt"],
+		"--virt-api-service-ip", ip.String(), "--launcher-image", launcherImage, "-o", "yaml"}
+	_, kv := o.agentMode()
+	manifests = append(manifests, clusterlite.EmulationArgs(kv != nil, log)...)
+	if err := runLogged(ctx, filepath.Join(s.stateDir, "kubevirt-manifests.log"), filepath.Join(o.binDir, "kubevirt-manifests"), manifests...); err != nil {
 		return fmt.Errorf("installing KubeVirt's CRDs and objects: %w", err)
 	}
 	if err := s.startKubeVirt(o.binDir, ip, files); err != nil {
@@ -148,7 +150,8 @@ func (s *stack) startAgent(ctx context.Context, o upOptions) error {
 	if err != nil {
 		return fmt.Errorf("node agent client: %w", err)
 	}
-	rt, err := clusterlite.ChooseRuntime(ctx, clusterlite.RuntimeChoice{Mode: o.runtime, Launcher: o.launcher,
+	runtime, kvMode := o.agentMode()
+	rt, err := clusterlite.ChooseRuntime(ctx, clusterlite.RuntimeChoice{Mode: runtime, Launcher: o.launcher,
 		Image: launcherImage, NodeName: o.nodeName, CacheDir: filepath.Join(s.stateDir, "qemu-capabilities")}, s.log)
 	if err != nil {
 		return err
@@ -156,7 +159,7 @@ func (s *stack) startAgent(ctx context.Context, o upOptions) error {
 	agent, err := nodeagent.New(nodeagent.Config{
 		Client: kv, NodeName: o.nodeName, LauncherPath: o.launcher,
 		LauncherArgs:   []string{"--image-dir", o.imageDir, "--log-level", o.launcherLog},
-		ReadOnlyMounts: []string{o.imageDir}, Runtime: rt,
+		ReadOnlyMounts: []string{o.imageDir}, Runtime: rt, KubeVirt: kvMode,
 		WorkDir: filepath.Join(s.stateDir, "node"), Logger: s.log,
 	})
 	if err != nil {

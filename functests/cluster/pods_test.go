@@ -89,8 +89,11 @@ func checkNoContainers() {
 type inspected struct {
 	Name      string
 	ImageName string
-	Config    struct{ Labels map[string]string }
-	State     struct {
+	// Path is the container's entry point, Args its arguments.
+	Path   string
+	Args   []string
+	Config struct{ Labels map[string]string }
+	State  struct {
 		Status     string
 		Pid        int
 		CgroupPath string

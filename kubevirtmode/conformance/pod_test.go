@@ -2,9 +2,8 @@ package conformance_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,16 +18,14 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
 	v1 "kubevirt.io/api/core/v1"
 
 	cmdclient "kubevirt.io/kubevirt/pkg/virt-handler/cmd-client"
-	eventsserver "kubevirt.io/kubevirt/pkg/virt-handler/notify-server"
 	"kubevirt.io/kubevirt/pkg/virt-launcher/virtwrap/api"
 
 	"github.com/crashloop-harness/crashloop/functests/built"
 	"github.com/crashloop-harness/crashloop/functests/testguest"
+	"github.com/crashloop-harness/crashloop/kubevirtmode/handlerside"
 )
 
 // The emptyDirs of a KubeVirt v1.6.0 launcher pod (pkg/virt-controller/
@@ -55,22 +52,19 @@ type podSpec struct {
 
 // pod is one launcher pod and the virt-handler side that watches it.
 type pod struct {
-	vmi      *v1.VirtualMachineInstance
-	root     string // host folder of the pod's volumes
-	public   string // host path of /var/run/kubevirt
-	handler  string // virt-handler's own folder (its notify server socket)
-	events   chan watch.Event
-	recorder *record.FakeRecorder
-	stopSrv  chan struct{}
-	srvDone  chan struct{}
-	pipe     net.Listener
-	cmd      *exec.Cmd
-	cid      string
-	out      *syncBuffer
-	exited   chan struct{}
-	code     int
-	client   cmdclient.LauncherClient
-	seen     []watch.Event // every domain event received, in order
+	vmi     *v1.VirtualMachineInstance
+	root    string              // host folder of the pod's volumes
+	public  string              // host path of /var/run/kubevirt
+	handler string              // virt-handler's own folder (its notify server socket)
+	notify  *handlerside.Notify // virt-handler's notify server and the pod's pipe to it
+	events  chan watch.Event    // notify.Events
+	cmd     *exec.Cmd
+	cid     string
+	out     *syncBuffer
+	exited  chan struct{}
+	code    int
+	client  cmdclient.LauncherClient
+	seen    []watch.Event // every domain event received, in order
 }
 
 // syncBuffer is the pod's log, written by the process and read by specs.
@@ -130,8 +124,7 @@ func startPod(spec podSpec) *pod {
 	root, err := os.MkdirTemp("", "cl-kvmode-pod-")
 	Expect(err).NotTo(HaveOccurred())
 	p := &pod{vmi: testVMI(spec.kernelArgs, spec.annotations), root: root, handler: filepath.Join(root, "handler"),
-		events: make(chan watch.Event, 100), recorder: record.NewFakeRecorder(100), stopSrv: make(chan struct{}),
-		srvDone: make(chan struct{}), out: &syncBuffer{}, exited: make(chan struct{})}
+		out: &syncBuffer{}, exited: make(chan struct{})}
 	DeferCleanup(p.cleanup)
 	for _, v := range podVolumes {
 		Expect(os.MkdirAll(filepath.Join(root, "volumes", v.name), 0o755)).To(Succeed())
@@ -196,46 +189,15 @@ func replaceFlag(args []string, flag, value string) []string {
 // and, as virt-handler's startDomainNotifyPipe does, a pipe from the pod's
 // domain-notify-pipe.sock to it.
 func (p *pod) startHandler() {
-	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
-	Expect(store.Add(p.vmi)).To(Succeed())
-	go func() {
-		defer close(p.srvDone)
-		_ = eventsserver.RunServer(p.handler, p.stopSrv, p.events, p.recorder, store)
-	}()
 	var err error
-	p.pipe, err = net.Listen("unix", filepath.Join(p.public, "domain-notify-pipe.sock"))
+	p.notify, err = handlerside.StartNotify(p.handler, p.public, p.vmi)
 	Expect(err).NotTo(HaveOccurred())
-	go func() {
-		for {
-			in, err := p.pipe.Accept()
-			if err != nil {
-				return
-			}
-			go pipeTo(in, filepath.Join(p.handler, "domain-notify.sock"))
-		}
-	}()
-}
-
-func pipeTo(in net.Conn, target string) {
-	defer in.Close()
-	out, err := net.Dial("unix", target)
-	if err != nil {
-		return
-	}
-	defer out.Close()
-	go func() { _, _ = io.Copy(out, in) }()
-	_, _ = io.Copy(in, out)
+	p.events = p.notify.Events
 }
 
 // stopHandler stops the notify server (virt-handler going away).
 func (p *pod) stopHandler() {
-	select {
-	case <-p.stopSrv:
-	default:
-		close(p.stopSrv)
-		_ = p.pipe.Close()
-		Eventually(p.srvDone).WithTimeout(15 * time.Second).Should(BeClosed())
-	}
+	Expect(p.notify.Stop(15 * time.Second)).To(Succeed())
 }
 
 // socket is the launcher socket on the host: in the pod's sockets
@@ -250,17 +212,10 @@ func (p *pod) socket() string {
 
 // connect waits for the ready socket and makes virt-handler's client.
 func (p *pod) connect() cmdclient.LauncherClient {
-	Eventually(func() error {
-		select {
-		case <-p.exited:
-			return StopTrying(fmt.Sprintf("the pod ended (exit %d) before its socket was ready:\n%s", p.code, p.out))
-		default:
-		}
-		_, err := os.Stat(p.socket())
-		return err
-	}).WithTimeout(60 * time.Second).WithPolling(20 * time.Millisecond).Should(Succeed())
-	c, err := cmdclient.NewClient(p.socket())
-	Expect(err).NotTo(HaveOccurred())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := handlerside.Connect(ctx, p.socket(), p.exited)
+	Expect(err).NotTo(HaveOccurred(), "pod log:\n%s", p.out)
 	p.client = c
 	return c
 }
@@ -312,7 +267,7 @@ func (p *pod) k8sEvents() []string {
 	var out []string
 	for {
 		select {
-		case e := <-p.recorder.Events:
+		case e := <-p.notify.Recorder.Events:
 			out = append(out, e)
 		default:
 			return out
@@ -359,8 +314,7 @@ func podmanKill(p *pod, sig string) error {
 
 // restartHandler starts a new notify server and pipe (virt-handler back).
 func (p *pod) restartHandler() {
-	p.stopSrv, p.srvDone = make(chan struct{}), make(chan struct{})
-	_ = os.Remove(filepath.Join(p.public, "domain-notify-pipe.sock"))
+	_ = os.Remove(filepath.Join(p.public, handlerside.NotifyPipe))
 	p.startHandler()
 }
 

@@ -1,8 +1,6 @@
 package monitor
 
 import (
-	"strings"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	v1 "kubevirt.io/api/core/v1"
 
@@ -39,15 +37,17 @@ func graceSeconds(vmi *v1.VirtualMachineInstance) int64 {
 // calculateVmPhaseForStatusReason (pkg/virt-handler/vm.go) reaches the
 // same VMI phase:
 //   - Succeeded GuestShutdown, or Stopped by ACPI: Shutoff/Shutdown (Succeeded);
-//   - Stopped after the grace period (our launcher destroyed it):
-//     Shutoff/Destroyed (Failed under ACPI, as upstream);
+//   - Stopped with StopDestroyed (our launcher destroyed it after the
+//     grace period, or when it could not press the power button):
+//     Shutoff/Destroyed (Failed under ACPI, as upstream); a stop before
+//     the domain was running stays Shutoff/Shutdown;
 //   - Failed VMCrashed: Shutoff/Crashed; GuestPanicked: Crashed/Panicked (Failed);
 //   - a failure before Running (LibvirtError, QemuFailed, QemuStartTimeout,
 //     InternalError): Shutoff/Failed, which leaves the phase alone while
 //     SyncVirtualMachine reports the error.
 func finalState(ev launcherapi.Event, wasRunning bool) (api.LifeCycle, api.StateChangeReason) {
 	switch {
-	case ev.Phase == launcherapi.PhaseSucceeded && ev.Reason == launcherapi.ReasonStopped && strings.Contains(ev.Message, "destroyed"):
+	case ev.Phase == launcherapi.PhaseSucceeded && ev.Stopped != nil && ev.Stopped.How == launcherapi.StopDestroyed:
 		return api.Shutoff, api.ReasonDestroyed
 	case ev.Phase == launcherapi.PhaseSucceeded:
 		return api.Shutoff, api.ReasonShutdown

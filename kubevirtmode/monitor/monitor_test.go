@@ -77,6 +77,11 @@ func TestFinalStateGivesVirtHandlersPhase(t *testing.T) {
 	ev := func(phase, reason, msg string) launcherapi.Event {
 		return launcherapi.Event{Event: phase, Phase: phase, Reason: reason, Message: msg}
 	}
+	stopped := func(how, msg string) launcherapi.Event {
+		e := ev(launcherapi.PhaseSucceeded, launcherapi.ReasonStopped, msg)
+		e.Stopped = &launcherapi.StoppedDetails{How: how}
+		return e
+	}
 	for _, tc := range []struct {
 		ev      launcherapi.Event
 		running bool
@@ -84,8 +89,12 @@ func TestFinalStateGivesVirtHandlersPhase(t *testing.T) {
 		reason  api.StateChangeReason
 	}{
 		{ev(launcherapi.PhaseSucceeded, launcherapi.ReasonGuestShutdown, ""), true, api.Shutoff, api.ReasonShutdown},
-		{ev(launcherapi.PhaseSucceeded, launcherapi.ReasonStopped, "stopped: the guest powered off"), true, api.Shutoff, api.ReasonShutdown},
-		{ev(launcherapi.PhaseSucceeded, launcherapi.ReasonStopped, "stopped: the guest did not shut down within the 10s grace period; domain destroyed"), true, api.Shutoff, api.ReasonDestroyed},
+		{stopped(launcherapi.StopGraceful, "stopped: the guest shut down within the grace period"), true, api.Shutoff, api.ReasonShutdown},
+		{stopped(launcherapi.StopDestroyed, "stopped: the guest did not shut down within the 10s grace period; domain destroyed"), true, api.Shutoff, api.ReasonDestroyed},
+		// The typed detail decides, not the message's words.
+		{stopped(launcherapi.StopDestroyed, "stopped: graceful shutdown failed"), true, api.Shutoff, api.ReasonDestroyed},
+		{stopped(launcherapi.StopGraceful, "a message that says destroyed"), true, api.Shutoff, api.ReasonShutdown},
+		{stopped(launcherapi.StopBeforeRunning, "stopped before the domain was running"), false, api.Shutoff, api.ReasonShutdown},
 		{ev(launcherapi.PhaseFailed, launcherapi.ReasonVMCrashed, ""), true, api.Shutoff, api.ReasonCrashed},
 		{ev(launcherapi.PhaseFailed, launcherapi.ReasonGuestPanicked, ""), true, api.Crashed, api.ReasonPanicked},
 		{ev(launcherapi.PhaseFailed, launcherapi.ReasonInternalError, ""), true, api.Shutoff, api.ReasonCrashed},
@@ -94,7 +103,7 @@ func TestFinalStateGivesVirtHandlersPhase(t *testing.T) {
 	} {
 		state, reason := finalState(tc.ev, tc.running)
 		if state != tc.state || reason != tc.reason {
-			t.Errorf("%s %s %q running=%v: got %s/%s, want %s/%s", tc.ev.Phase, tc.ev.Reason, tc.ev.Message, tc.running, state, reason, tc.state, tc.reason)
+			t.Errorf("%s %s %+v %q running=%v: got %s/%s, want %s/%s", tc.ev.Phase, tc.ev.Reason, tc.ev.Stopped, tc.ev.Message, tc.running, state, reason, tc.state, tc.reason)
 		}
 	}
 }

@@ -145,6 +145,28 @@ func unstructuredSlice(obj map[string]any, fields ...string) ([]any, bool, error
 	return s, ok, nil
 }
 
+// EmulationArgs are kubevirt-manifests' flags for a node without KVM for
+// ordinary guests (kvmprobe's rule): the KubeVirt CR's
+// developerConfiguration.useEmulation, so that virt-controller renders
+// --allow-emulation in the compute command (KubeVirt mode's monitor then
+// lets our launcher choose TCG) and requests no /dev/kvm, as on any
+// KubeVirt install without KVM. None where the node has KVM, or unless
+// wanted (KubeVirt mode wants it; direct mode ignores those flags).
+func EmulationArgs(wanted bool, log *slog.Logger) []string {
+	if !wanted {
+		return nil
+	}
+	kvm, why, err := kvmprobe.Probe()
+	if err != nil {
+		log.Debug("could not read the host's virtualization support", "err", err)
+	}
+	if kvm {
+		return nil
+	}
+	log.Info("no KVM for ordinary guests: the KubeVirt CR sets developerConfiguration.useEmulation", "why", why)
+	return []string{"--use-emulation"}
+}
+
 // RuntimeChoice is what ChooseRuntime decides from.
 type RuntimeChoice struct {
 	// Mode is podman, process or auto.

@@ -307,5 +307,8 @@ func (r Result) final(at time.Time) launcherapi.Event {
 	if r.Phase == launcherapi.PhaseSucceeded {
 		ev.Event = launcherapi.EventSucceeded
 	}
+	if r.Stop != "" {
+		ev.Stopped = &launcherapi.StoppedDetails{How: r.Stop}
+	}
 	return ev
 }

@@ -70,6 +70,8 @@ type Result struct {
 	Message string
 	// ExitCode is the launcher's exit status.
 	ExitCode launcherapi.ExitCode
+	// Stop is how a stop ended (launcherapi.Stop*), for ReasonStopped.
+	Stop string
 }
 
 // lifecycle is one run of the lifecycle: what it has seen so far.
@@ -144,8 +146,8 @@ func failed(code launcherapi.ExitCode, reason, format string, args ...any) Resul
 	return Result{Phase: launcherapi.PhaseFailed, Reason: reason, Message: fmt.Sprintf(format, args...), ExitCode: code}
 }
 
-func stopResult(message string) Result {
-	return Result{Phase: launcherapi.PhaseSucceeded, Reason: launcherapi.ReasonStopped, Message: message, ExitCode: launcherapi.ExitSucceeded}
+func stopResult(how, message string) Result {
+	return Result{Phase: launcherapi.PhaseSucceeded, Reason: launcherapi.ReasonStopped, Message: message, ExitCode: launcherapi.ExitSucceeded, Stop: how}
 }
 
 func (l *lifecycle) fire(f fired) {
@@ -241,7 +243,7 @@ func (l *lifecycle) startDomain(ctx, consoleCtx context.Context) (res Result, ok
 	cfg, clk := l.cfg, l.cfg.Clock
 	l.at(ctx, faults.PointBeforeStart)
 	if ctx.Err() != nil {
-		return stopResult("stopped before QEMU started"), false
+		return stopResult(launcherapi.StopBeforeRunning, "stopped before QEMU started"), false
 	}
 	var opts StartOptions
 	if cfg.Built != nil {
@@ -262,7 +264,7 @@ func (l *lifecycle) startDomain(ctx, consoleCtx context.Context) (res Result, ok
 		case <-t.C():
 		case <-ctx.Done():
 			t.Stop()
-			return stopResult("stopped before QEMU started"), false
+			return stopResult(launcherapi.StopBeforeRunning, "stopped before QEMU started"), false
 		}
 	}
 	l.startAt = clk.Now()
@@ -302,7 +304,7 @@ func (l *lifecycle) follow(ctx context.Context, timeout clock.Timer, deadline ti
 			grace = t.C()
 		case <-grace:
 			_ = dom.Destroy()
-			return stopResult(fmt.Sprintf("stopped: the guest did not shut down within the %v grace period; domain destroyed", cfg.GracePeriod))
+			return stopResult(launcherapi.StopDestroyed, fmt.Sprintf("stopped: the guest did not shut down within the %v grace period; domain destroyed", cfg.GracePeriod))
 		case <-timeout.C():
 			if l.running {
 				continue
@@ -338,13 +340,13 @@ func (l *lifecycle) stop() (res Result, t clock.Timer, done bool) {
 	if !l.running {
 		cfg.Log.Info("stop requested before the domain was running; destroying it")
 		_ = dom.Destroy()
-		return stopResult("stopped before the domain was running"), nil, true
+		return stopResult(launcherapi.StopBeforeRunning, "stopped before the domain was running"), nil, true
 	}
 	cfg.Log.Info("stop requested: pressing the ACPI power button", "gracePeriod", cfg.GracePeriod)
 	if err := dom.Shutdown(); err != nil {
 		cfg.Log.Warn("graceful shutdown failed; destroying", "err", err)
 		_ = dom.Destroy()
-		return stopResult("stopped: graceful shutdown failed, domain destroyed"), nil, true
+		return stopResult(launcherapi.StopDestroyed, "stopped: graceful shutdown failed, domain destroyed"), nil, true
 	}
 	return Result{}, cfg.Clock.NewTimer(cfg.GracePeriod), false
 }
@@ -423,7 +425,7 @@ func (l *lifecycle) checkRunning(ctx context.Context) error {
 // domainStopped is the launch's result once the domain stopped.
 func (l *lifecycle) domainStopped(ev hypervisor.Event) Result {
 	if l.stopping && l.killed != signalName(syscall.SIGKILL) {
-		return stopResult("stopped: the guest shut down within the grace period")
+		return stopResult(launcherapi.StopGraceful, "stopped: the guest shut down within the grace period")
 	}
 	if l.stopping {
 		// QEMU was SIGKILLed from outside while the guest was shutting

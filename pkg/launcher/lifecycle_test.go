@@ -340,7 +340,10 @@ func TestGracePeriodGuestStopsWithin(t *testing.T) {
 	r := launchWith(t, dom)
 	r.event(launcherapi.EventRunning)
 	r.stop()
-	r.end(launcherapi.ReasonStopped, launcherapi.ExitSucceeded, "the guest shut down within the grace period")
+	ev := r.end(launcherapi.ReasonStopped, launcherapi.ExitSucceeded, "the guest shut down within the grace period")
+	if ev.Stopped == nil || ev.Stopped.How != launcherapi.StopGraceful {
+		t.Errorf("stopped details %+v, want How %s", ev.Stopped, launcherapi.StopGraceful)
+	}
 	if dom.called("destroy") && slices.Index(dom.calls, "destroy") < slices.Index(dom.calls, "shutdown") {
 		t.Errorf("destroyed before the power button: %v", dom.calls)
 	}
@@ -365,7 +368,11 @@ func TestGracePeriodExpires(t *testing.T) {
 	r.stop()
 	r.waitUntil("the power button", func() bool { return dom.called("shutdown") })
 	r.expire(2, gracePeriod)
-	r.destroyedAt(gracePeriod, r.end(launcherapi.ReasonStopped, launcherapi.ExitSucceeded, "did not shut down within the 3s grace period"))
+	ev := r.end(launcherapi.ReasonStopped, launcherapi.ExitSucceeded, "did not shut down within the 3s grace period")
+	if ev.Stopped == nil || ev.Stopped.How != launcherapi.StopDestroyed {
+		t.Errorf("stopped details %+v, want How %s", ev.Stopped, launcherapi.StopDestroyed)
+	}
+	r.destroyedAt(gracePeriod, ev)
 }
 
 func TestQemuDiesBeforeRunning(t *testing.T) {

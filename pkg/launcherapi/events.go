@@ -72,6 +72,26 @@ type Event struct {
 	Running *RunningDetails `json:"running,omitempty"`
 	// Fired is what the fault acted on, on FaultFired events.
 	Fired *FaultDetails `json:"fired,omitempty"`
+	// Stopped is how a stop ended, on final events with ReasonStopped.
+	Stopped *StoppedDetails `json:"stopped,omitempty"`
+}
+
+// How a stop (SIGTERM or SIGINT) ended: StoppedDetails.How.
+const (
+	// StopGraceful: the guest shut down within the grace period.
+	StopGraceful = "Graceful"
+	// StopDestroyed: the domain was destroyed, because the grace period
+	// passed or the graceful shutdown could not be asked for.
+	StopDestroyed = "Destroyed"
+	// StopBeforeRunning: the stop came before the domain was running;
+	// QEMU was destroyed or never started.
+	StopBeforeRunning = "BeforeRunning"
+)
+
+// StoppedDetails are the values of a final event with ReasonStopped.
+type StoppedDetails struct {
+	// How is StopGraceful, StopDestroyed or StopBeforeRunning.
+	How string `json:"how"`
 }
 
 // ScheduledDetails are the Scheduled event's values: what the launch drew

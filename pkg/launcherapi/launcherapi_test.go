@@ -147,6 +147,17 @@ func TestEventLine(t *testing.T) {
 	if !strings.Contains(string(line), `"version":1`) {
 		t.Errorf("line carries no version 1: %s", line)
 	}
+	if strings.Contains(string(line), `"stopped"`) {
+		t.Errorf("a final event that is not a stop carries stop details: %s", line)
+	}
+	stop := Event{Event: EventSucceeded, Phase: PhaseSucceeded, Reason: ReasonStopped, Stopped: &StoppedDetails{How: StopDestroyed}}
+	line, err = stop.MarshalLine()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back, err := ParseEvent(line); err != nil || back.Stopped == nil || back.Stopped.How != StopDestroyed {
+		t.Errorf("stop details do not survive the line %s: %+v, %v", line, back.Stopped, err)
+	}
 	for _, bad := range []string{"not json", `{"version":1,"phase":"Running"}`, `{"event":"Running"}`, `{"version":2,"event":"Running"}`} {
 		if _, err := ParseEvent([]byte(bad)); err == nil {
 			t.Errorf("ParseEvent(%q) accepted", bad)

@@ -84,6 +84,22 @@ type Pod struct {
 	ReadOnly []string
 	// Resources are the compute container's cgroup limits.
 	Resources Resources
+	// Mounts are the pod's volumes, bind-mounted read-write into the
+	// container (a KubeVirt launcher pod's emptyDirs).
+	Mounts []Mount
+	// Entrypoint, when set, is the container's own command (the pod's
+	// compute command, Args its arguments): it replaces the image's entry
+	// point and runs as the container's PID 1, with no init before it, as
+	// in a pod. Empty: the image's entry point under an init.
+	Entrypoint string
+}
+
+// Mount is one host folder bind-mounted into a container.
+type Mount struct {
+	// Host is the host folder, Container where it appears.
+	Host, Container string
+	// ReadOnly mounts it read-only.
+	ReadOnly bool
 }
 
 // Resources are a container's limits and shares, from the compute

@@ -10,6 +10,11 @@
 // deletion of a terminated pod. It keeps the node's virt-handler heartbeat
 // fresh, so KubeVirt's node controller does not fail its VMIs.
 //
+// In KubeVirt mode (Config.KubeVirt) the pod's compute container runs its
+// own command line with the pod's emptyDirs instead, and kubevirtmode's
+// virt-handler-driver beside it drives it over KubeVirt's gRPC protocol
+// and writes the event lines the agent follows.
+//
 // As in KubeVirt, a VMI's domain is started only once virt-controller has
 // handed the VMI over (phase Scheduled); a launcher told to simulate a
 // crash dies as soon as its container starts, before that.
@@ -59,6 +64,10 @@ type Config struct {
 	// Runtime runs the compute containers; nil means bare processes
 	// (launchrt.Process).
 	Runtime Runtime
+	// KubeVirt, when set, runs launcher pods in KubeVirt mode (the pod's
+	// own command line and volumes, a driver beside it); it needs the
+	// Podman runtime. Nil runs our virt-launcher directly.
+	KubeVirt *KubeVirtMode
 	// WorkDir holds one folder per pod: the VMI manifest, the launcher's
 	// events, log and console.
 	WorkDir string
@@ -78,8 +87,10 @@ type Agent struct {
 
 	// spawner starts launchers so that they die with the agent.
 	spawner *spawn.Spawner
-	// runtime runs the compute containers.
+	// runtime runs the compute containers, procs the KubeVirt-mode
+	// drivers (bare processes that die with the agent).
 	runtime Runtime
+	procs   Runtime
 
 	mu         sync.Mutex
 	containers map[types.UID]*container // by pod UID
@@ -107,6 +118,14 @@ func New(cfg Config) (*Agent, error) {
 	case cfg.WorkDir == "":
 		return nil, errors.New("node agent: Config.WorkDir is empty")
 	}
+	if cfg.KubeVirt != nil {
+		if _, ok := cfg.Runtime.(*Podman); !ok {
+			return nil, errors.New("node agent: KubeVirt mode runs launcher pods as containers: Config.Runtime must be Podman")
+		}
+		if cfg.KubeVirt.Driver == "" || cfg.KubeVirt.ImageDir == "" {
+			return nil, errors.New("node agent: KubeVirt mode needs the driver binary and the image folder")
+		}
+	}
 	if cfg.HeartbeatInterval <= 0 {
 		cfg.HeartbeatInterval = 30 * time.Second
 	}
@@ -130,9 +149,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	// Closed after shutdown has stopped every launcher (defers run last
 	// in first out).
 	defer a.spawner.Close()
+	a.procs = launchrt.Process{Spawner: a.spawner, Logger: a.cfg.Logger}
 	a.runtime = a.cfg.Runtime
 	if a.runtime == nil {
-		a.runtime = launchrt.Process{Spawner: a.spawner, Logger: a.cfg.Logger}
+		a.runtime = a.procs
 	}
 
 	factory := informers.NewSharedInformerFactoryWithOptions(a.cfg.Client, 0,
@@ -157,7 +177,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), a.pods.HasSynced, a.vmis.HasSynced) {
 		return a.shutdown(ctx.Err())
 	}
-	a.cfg.Logger.Info("node agent ready", "runtime", a.runtime.Name())
+	a.cfg.Logger.Info("node agent ready", "runtime", a.runtime.Name(), "kubevirtMode", a.cfg.KubeVirt != nil)
 	go a.heartbeat(ctx)
 	for i := 0; i < 2; i++ {
 		go a.work(ctx)
@@ -338,8 +358,17 @@ func (a *Agent) vmiOf(ctx context.Context, pod *k8sv1.Pod) (*v1.VirtualMachineIn
 	return vmi, nil
 }
 
+// launch starts the compute container of c for vmi, in KubeVirt mode
+// when c has the pod's layout.
+func (a *Agent) launch(ctx context.Context, c *container, vmi *v1.VirtualMachineInstance) error {
+	if c.layout != nil {
+		return c.launchKubeVirt(ctx, &a.cfg, a.runtime, a.procs, vmi, a.notifier(c))
+	}
+	return c.launch(ctx, &a.cfg, a.runtime, vmi, a.notifier(c))
+}
+
 // newContainer records the compute container of a pod bound to this node.
-func (a *Agent) newContainer(pod *k8sv1.Pod, vmi *v1.VirtualMachineInstance, args launchArgs, image string, res launchrt.Resources) *container {
+func (a *Agent) newContainer(pod *k8sv1.Pod, vmi *v1.VirtualMachineInstance, args launchArgs, image string, res launchrt.Resources, layout *podLayout) *container {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if c, ok := a.containers[pod.UID]; ok {
@@ -348,7 +377,7 @@ func (a *Agent) newContainer(pod *k8sv1.Pod, vmi *v1.VirtualMachineInstance, arg
 	c := &container{
 		podKey: types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, podUID: pod.UID,
 		vmiKey: types.NamespacedName{Namespace: vmi.Namespace, Name: vmi.Name}, vmiUID: vmi.UID,
-		args: args, image: image, res: res, dir: launcherapi.Dir(filepath.Join(a.cfg.WorkDir, pod.Namespace+"_"+pod.Name+"_"+string(pod.UID))),
+		args: args, image: image, res: res, layout: layout, dir: launcherapi.Dir(filepath.Join(a.cfg.WorkDir, pod.Namespace+"_"+pod.Name+"_"+string(pod.UID))),
 		startedAt: time.Now(), done: make(chan struct{}),
 	}
 	a.containers[pod.UID] = c

@@ -98,8 +98,9 @@ type container struct {
 	args   launchArgs
 	dir    launcherapi.Dir
 
-	image string             // the compute container's image
-	res   launchrt.Resources // the compute container's resources
+	image  string             // the compute container's image
+	res    launchrt.Resources // the compute container's resources
+	layout *podLayout         // the pod's command and volumes, in KubeVirt mode
 
 	mu        sync.Mutex
 	startedAt time.Time         // when the container started (pod Running)
@@ -194,22 +195,11 @@ func (c *container) launch(ctx context.Context, cfg *Config, rt Runtime, vmi *v1
 	if err := os.WriteFile(c.dir.Manifest(), data, 0o644); err != nil {
 		return fmt.Errorf("writing VMI manifest: %w", err)
 	}
-	events, err := os.Create(c.dir.Events())
+	out, events, err := c.eventSink(cfg, notify)
 	if err != nil {
-		return fmt.Errorf("creating launcher events file: %w", err)
+		return err
 	}
 	args := c.launcherArgs(cfg).Build()
-	follow := launcherapi.NewFollower(func(ev launcherapi.Event) {
-		c.record(ev)
-		notify()
-	}, func(_ []byte, err error) {
-		cfg.Logger.Warn("launcher output is not an event", "vmi", c.vmiKey.String(), "err", err)
-	})
-	// Each line goes to the events file as it comes, and to the follower.
-	out := spawn.NewLineWriter(func(line []byte) {
-		_, _ = events.Write(append(append([]byte(nil), line...), '\n'))
-		follow.Line(line)
-	})
 	run, err := rt.Start(ctx, launchrt.Spec{Path: cfg.LauncherPath, Args: args, Dir: string(c.dir),
 		Stdout: out, StderrFile: c.dir.Log(), Truncate: true,
 		Pod: launchrt.Pod{Namespace: c.podKey.Namespace, Name: c.podKey.Name, UID: string(c.podUID), Node: cfg.NodeName,

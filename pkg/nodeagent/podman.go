@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -90,10 +91,11 @@ func ContainerName(namespace, pod, uid string) string {
 
 // RunArgs is the `podman run` command line (without the program) for spec:
 // removed when it ends, labelled with the pod, runc, catatonit as PID 1
-// (--init), no network (the test guests have none; QEMU's user network
+// (--init; none when the pod names its own entry point, which is then
+// PID 1 as in a pod), no network (the test guests have none; QEMU's user network
 // needs none), explicit rlimits (these sandboxes lack CAP_SYS_RESOURCE to
 // raise them), the pod folder read-write and the guest images read-only
-// at the same paths, the capability cache, /dev/kvm where usable, and the
+// at the same paths, the pod's volumes, the capability cache, /dev/kvm where usable, and the
 // compute container's resources as kubelet maps them: the memory limit as
 // the memory cgroup's limit with no swap beyond it, the CPU limit as a CFS
 // quota (--cpus), the CPU request as CPU shares.
@@ -103,15 +105,26 @@ func (r *Podman) RunArgs(spec launchrt.Spec) []string {
 	if rt == "" {
 		rt = "runc"
 	}
-	args := []string{"run", "--rm", "--pull", "never", "--runtime", rt, "--init", "--network", "none",
+	args := []string{"run", "--rm", "--pull", "never", "--runtime", rt}
+	if pod.Entrypoint == "" {
+		args = append(args, "--init")
+	}
+	args = append(args, "--network", "none",
 		"--name", ContainerName(pod.Namespace, pod.Name, pod.UID),
-		"--label", LabelPodUID + "=" + pod.UID,
-		"--label", LabelPodName + "=" + pod.Name,
-		"--label", LabelPodNamespace + "=" + pod.Namespace,
-		"--label", LabelContainerName + "=" + computeContainer,
-		"--label", LabelNode + "=" + pod.Node,
+		"--label", LabelPodUID+"="+pod.UID,
+		"--label", LabelPodName+"="+pod.Name,
+		"--label", LabelPodNamespace+"="+pod.Namespace,
+		"--label", LabelContainerName+"="+computeContainer,
+		"--label", LabelNode+"="+pod.Node,
 		"--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768",
-		"-v", spec.Dir + ":" + spec.Dir}
+		"-v", spec.Dir+":"+spec.Dir)
+	for _, m := range pod.Mounts {
+		v := m.Host + ":" + m.Container
+		if m.ReadOnly {
+			v += ":ro"
+		}
+		args = append(args, "-v", v)
+	}
 	for _, d := range pod.ReadOnly {
 		args = append(args, "-v", d+":"+d+":ro")
 	}
@@ -131,6 +144,9 @@ func (r *Podman) RunArgs(spec launchrt.Spec) []string {
 	}
 	if res.CPURequestMilli > 0 {
 		args = append(args, "--cpu-shares", strconv.FormatInt(cpuShares(res.CPURequestMilli), 10))
+	}
+	if pod.Entrypoint != "" {
+		args = append(args, "--entrypoint", pod.Entrypoint)
 	}
 	args = append(args, pod.Image)
 	return append(args, spec.Args...)
@@ -191,10 +207,16 @@ func (r *Podman) Start(_ context.Context, spec launchrt.Spec) (launchrt.Launcher
 	c := &podmanContainer{r: r, name: ContainerName(spec.Pod.Namespace, spec.Pod.Name, spec.Pod.UID),
 		stderr: spec.StderrFile, begin: time.Now(), done: make(chan struct{}), stopped: make(chan struct{})}
 	out := &oomReadingWriter{c: c, next: spec.Stdout}
+	var errOut io.Writer
+	if spec.Stderr != nil {
+		// A container that logs only on stderr (KubeVirt's monitor) is
+		// seen running, and followed, from its first line there.
+		errOut = &oomReadingWriter{c: c, next: spec.Stderr}
+	}
 	// The client is a bare process: the process runtime runs it.
 	client := launchrt.Process{Spawner: r.Spawner}
 	p, err := client.Start(context.Background(), launchrt.Spec{Path: r.path(), Args: r.RunArgs(spec), Dir: spec.Dir,
-		Stdout: out, StderrFile: spec.StderrFile, Truncate: true})
+		Stdout: out, Stderr: errOut, StderrFile: spec.StderrFile, Truncate: true})
 	if err != nil {
 		return nil, err
 	}
@@ -217,6 +239,8 @@ type podmanContainer struct {
 	begin  time.Time
 	proc   launchrt.Launcher // the podman run client
 	ref    launchrt.Ref      // of the podman run client
+
+	firstOutput sync.Once // the container's first output line
 
 	mu      sync.Mutex
 	output  bool            // the container wrote on its stdout: it ran
@@ -264,12 +288,11 @@ func (c *podmanContainer) Exit() launchrt.Exit {
 // container, and so its cgroup, still exists.
 type oomReadingWriter struct {
 	c    *podmanContainer
-	next interface{ Write([]byte) (int, error) }
-	once sync.Once
+	next io.Writer
 }
 
 func (w *oomReadingWriter) Write(b []byte) (int, error) {
-	w.once.Do(func() {
+	w.c.firstOutput.Do(func() {
 		w.c.mu.Lock()
 		w.c.output = true
 		w.c.mu.Unlock()

@@ -59,10 +59,18 @@ func (a *Agent) syncPod(ctx context.Context, key string) error {
 		if err != nil {
 			return a.failPod(ctx, pod, err)
 		}
-		c = a.newContainer(pod, vmi, args, image, res)
+		var layout *podLayout
+		if a.cfg.KubeVirt != nil {
+			l, err := kubevirtLayout(pod)
+			if err != nil {
+				return a.failPod(ctx, pod, err)
+			}
+			layout = &l
+		}
+		c = a.newContainer(pod, vmi, args, image, res, layout)
 		if args.SimulateCrash {
 			// KubeVirt's launcher crashes as soon as its container starts.
-			if err := c.launch(ctx, &a.cfg, a.runtime, vmi, a.notifier(c)); err != nil {
+			if err := a.launch(ctx, c, vmi); err != nil {
 				return a.failPod(ctx, pod, err)
 			}
 		}
@@ -257,7 +265,7 @@ func (a *Agent) syncVMI(ctx context.Context, key string) error {
 		c.stop(a.cfg.Logger, graceOr(gracePeriod(vmi), 30*time.Second))
 	}
 	if vmi.Status.Phase == v1.Scheduled && vmi.DeletionTimestamp == nil {
-		if err := c.launch(ctx, &a.cfg, a.runtime, vmi, a.notifier(c)); err != nil {
+		if err := a.launch(ctx, c, vmi); err != nil {
 			return fmt.Errorf("starting the launcher of VMI %s: %w", key, err)
 		}
 	}
