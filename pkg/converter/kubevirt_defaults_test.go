@@ -110,3 +110,28 @@ func TestCloudInitDiskWritable(t *testing.T) {
 		t.Fatalf("cloud-init disk = %+v, want one writable disk", conv.Domain.Devices.Disks)
 	}
 }
+
+// TestSchedulingFieldsAccepted: the scheduler's fields change nothing in
+// KubeVirt's domain, and virt-handler hands VMIs over with them (a VMI
+// pinned to a node carries spec.nodeSelector), so they must not be refused.
+func TestSchedulingFieldsAccepted(t *testing.T) {
+	raw := map[string]any{
+		"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+		"spec": map[string]any{
+			"nodeSelector":  map[string]any{"kubernetes.io/hostname": "node01"},
+			"schedulerName": "default-scheduler",
+			"affinity": map[string]any{"nodeAffinity": map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{
+				"nodeSelectorTerms": []any{map[string]any{"matchExpressions": []any{map[string]any{"key": "k", "operator": "In", "values": []any{"v"}}}}}}}},
+			"tolerations":               []any{map[string]any{"key": "k", "operator": "Exists", "effect": "NoSchedule"}},
+			"topologySpreadConstraints": []any{map[string]any{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}},
+		},
+	}
+	if err := CheckSupported(raw); err != nil {
+		t.Fatalf("CheckSupported(scheduling fields) = %v, want nil", err)
+	}
+	// A field beside them is still refused by name.
+	raw["spec"].(map[string]any)["dnsPolicy"] = "None"
+	if err := CheckSupported(raw); err == nil || !strings.HasPrefix(err.Error(), "field spec.dnsPolicy: is not supported") {
+		t.Fatalf("CheckSupported(dnsPolicy) = %v, want a refusal naming spec.dnsPolicy", err)
+	}
+}

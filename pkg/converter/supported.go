@@ -20,9 +20,12 @@ func supportedFields() []string {
 		// the pod network), or without effect on a single launch
 		// (evictionStrategy is a cluster policy).
 		"spec.architecture", "spec.evictionStrategy",
-		// A scheduling field that does not change the domain (KubeVirt's
-		// converter does not read it): no effect on one launch.
-		"spec.priorityClassName",
+		// Scheduling fields: the scheduler's, not the launcher's. KubeVirt's
+		// converter does not read them, so they change nothing in the
+		// domain, and KubeVirt's launcher takes VMIs that carry them (in
+		// KubeVirt mode virt-handler hands over VMIs as users wrote them).
+		"spec.priorityClassName", "spec.schedulerName", "spec.nodeSelector.*", "spec.affinity.*",
+		"spec.tolerations[].*", "spec.topologySpreadConstraints[].*",
 		"spec.domain.cpu.model", "spec.domain.cpu.maxSockets",
 		"spec.domain.devices.interfaces[].name",
 		"spec.networks[].name",
@@ -97,7 +100,6 @@ func (e *UnsupportedFieldError) Error() string {
 // honour them; any other unsupported field gets the generic reason.
 var refusedWhy = map[string]string{
 	"spec.domain.devices.tpm":                      "a vTPM needs swtpm beside QEMU, which the launcher does not run",
-	"spec.priorityClassName":                       "pod priority is a scheduler setting; one launch has no scheduler",
 	"spec.domain.cpu.dedicatedCpuPlacement":        "dedicated CPUs need the kubelet's CPU manager",
 	"spec.domain.cpu.isolateEmulatorThread":        "dedicated CPUs need the kubelet's CPU manager",
 	"spec.domain.devices.interfaces[].sriov":       "SR-IOV functions are another node's hardware, handed over by a device plugin",
