@@ -250,10 +250,14 @@ func setClock(dom *libvirtxml.Domain, c *v1.Clock, accel Accel, notes *[]string)
 	return nil
 }
 
-// setDevicesExtra adds the entropy device and, when the VMI asks for it,
-// a VGA display served by VNC on a socket in the scratch folder.
+// setDevicesExtra adds the entropy device, the vTPM and, when the VMI
+// asks for it, a VGA display served by VNC on a socket in the scratch
+// folder.
 func setDevicesExtra(dom *libvirtxml.Domain, vmi *v1.VirtualMachineInstance, scratch string) error {
 	d := &vmi.Spec.Domain.Devices
+	if err := setTPM(dom, d.TPM); err != nil {
+		return err
+	}
 	if d.Rng != nil {
 		dom.Devices.RNGs = []libvirtxml.DomainRNG{{Model: virtioModel(vmi), Backend: &libvirtxml.DomainRNGBackend{Random: &libvirtxml.DomainRNGBackendRandom{Device: "/dev/urandom"}}}}
 	}
@@ -274,5 +278,26 @@ func setDevicesExtra(dom *libvirtxml.Domain, vmi *v1.VirtualMachineInstance, scr
 		}
 		dom.Devices.Videos = []libvirtxml.DomainVideo{{Model: model}}
 	}
+	return nil
+}
+
+// setTPM renders devices.tpm as KubeVirt v1.6.0's converter does
+// (kubevirt.io/kubevirt pkg/virt-launcher/virtwrap/converter, Convert_v1_
+// VirtualMachineInstance_To_api_Domain, and pkg/tpm HasDevice): a
+// tpm-tis device on libvirt's emulator backend, TPM 2.0, unless enabled
+// is false. libvirt starts swtpm for it and stops it with the domain; the
+// state is transient. persistent: true is refused: KubeVirt keeps that
+// state on the VM's backend-storage PVC, which one launch does not have.
+func setTPM(dom *libvirtxml.Domain, t *v1.TPMDevice) error {
+	if t == nil || !enabledOr(t.Enabled, true) {
+		return nil
+	}
+	if t.Persistent != nil && *t.Persistent {
+		return &SpecError{Field: "spec.domain.devices.tpm.persistent", Msg: "a persistent vTPM keeps its state on KubeVirt's backend-storage PVC, which one launch does not have; leave it unset or false"}
+	}
+	dom.Devices.TPMs = []libvirtxml.DomainTPM{{
+		Model:   "tpm-tis",
+		Backend: &libvirtxml.DomainTPMBackend{Emulator: &libvirtxml.DomainTPMBackendEmulator{Version: "2.0"}},
+	}}
 	return nil
 }
