@@ -139,3 +139,20 @@ func TestCloudInitDiskWritable(t *testing.T) {
 		t.Fatalf("cloud-init disk = %+v, want one writable disk", conv.Domain.Devices.Disks)
 	}
 }
+
+// TestClockOffsetAsKubeVirt: utc with offsetSeconds is offset="utc" with
+// the seconds as adjustment, as KubeVirt's converter writes it (libvirt
+// turns it into a variable clock itself).
+func TestClockOffsetAsKubeVirt(t *testing.T) {
+	images, _ := testImages(t)
+	vmi := baseVMI()
+	offset := 3600
+	vmi.Spec.Domain.Clock = &v1.Clock{ClockOffset: v1.ClockOffset{UTC: &v1.ClockOffsetUTC{OffsetSeconds: &offset}}}
+	conv, err := Convert(context.Background(), vmi, DomainOptions{Accel: AccelTCG, Images: images, ScratchDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(&libvirtxml.DomainClock{Offset: "utc", Adjustment: "3600"}, roundTrip(t, conv.Domain).Clock); diff != "" {
+		t.Errorf("clock (-want +got):\n%s", diff)
+	}
+}
