@@ -12,7 +12,7 @@ IMAGES := $(BUILD)/images
 # libbtrfs-dev: headers only, for containers/storage's btrfs driver that
 # pkg/containerdisk links (no library is linked, and no build tag is needed).
 DEB_PACKAGES := qemu-system-x86 qemu-utils libvirt-daemon libvirt-daemon-driver-qemu libvirt-daemon-system \
-	libvirt-clients libvirt-dev libbtrfs-dev busybox-static cpio pkg-config iproute2 xorriso ovmf
+	libvirt-clients libvirt-dev libbtrfs-dev busybox-static cpio pkg-config iproute2 xorriso ovmf swtpm swtpm-tools
 # the launcher image's tools (make image only): container tools and debootstrap
 IMAGE_DEB_PACKAGES := buildah podman skopeo runc slirp4netns uidmap catatonit debootstrap
 # What the image builds need beyond DEB_PACKAGES: jq writes images.json; the

@@ -8,6 +8,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/types"
+	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/crashloop-harness/crashloop/functests/launchharness"
 	"github.com/crashloop-harness/crashloop/functests/testguest"
@@ -24,6 +25,7 @@ type VMISpec struct {
 	KernelArgs  string
 	Annotations map[string]string
 	Grace       int
+	TPM         bool // devices.tpm: {}
 }
 
 // Run is one virt-launcher process under test.
@@ -49,6 +51,9 @@ func manifest(spec VMISpec) (string, VMISpec) {
 	}
 	vmi := testguest.VMI(testguest.Spec{Name: spec.Name, Namespace: namespace, UID: types.UID(spec.UID),
 		Annotations: spec.Annotations, KernelArgs: testguest.KernelArgs + " " + spec.KernelArgs, GraceSeconds: int64(spec.Grace)})
+	if spec.TPM {
+		vmi.Spec.Domain.Devices.TPM = &v1.TPMDevice{}
+	}
 	text, err := testguest.Manifest(vmi)
 	Expect(err).NotTo(HaveOccurred())
 	return text, spec

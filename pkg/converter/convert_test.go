@@ -125,9 +125,11 @@ func TestConvertRealVMIs(t *testing.T) {
 			if diff := cmp.Diff(want, d.Features.HyperV); diff != "" {
 				t.Errorf("hyperv (-want +got):\n%s", diff)
 			}
-			wantClock := &libvirtxml.DomainClock{Offset: "utc", Timer: []libvirtxml.DomainTimer{
-				{Name: "hpet", Present: "no"}, {Name: "pit", TickPolicy: "delay", Present: "yes"},
-				{Name: "rtc", TickPolicy: "catchup", Track: "guest", Present: "yes"}, {Name: "hypervclock", Present: "yes"}}}
+			// KubeVirt's order (rtc, pit, kvmclock, hpet, hypervclock);
+			// utc without an offset resets the RTC adjustment.
+			wantClock := &libvirtxml.DomainClock{Offset: "utc", Adjustment: "reset", Timer: []libvirtxml.DomainTimer{
+				{Name: "rtc", TickPolicy: "catchup", Track: "guest", Present: "yes"}, {Name: "pit", TickPolicy: "delay", Present: "yes"},
+				{Name: "hpet", Present: "no"}, {Name: "hypervclock", Present: "yes"}}}
 			if diff := cmp.Diff(wantClock, d.Clock); diff != "" {
 				t.Errorf("clock (-want +got):\n%s", diff)
 			}

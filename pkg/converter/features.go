@@ -205,6 +205,9 @@ func setClock(dom *libvirtxml.Domain, c *v1.Clock, accel Accel, notes *[]string)
 	if c == nil {
 		return nil
 	}
+	// As KubeVirt's Convert_v1_Clock_To_api_Clock: utc resets the guest's
+	// RTC adjustment unless it names an offset; the timers in its order
+	// (rtc, pit, kvmclock, hpet, hypervclock).
 	clock := &libvirtxml.DomainClock{Offset: "utc"}
 	switch {
 	case c.UTC != nil && c.Timezone != nil:
@@ -215,45 +218,52 @@ func setClock(dom *libvirtxml.Domain, c *v1.Clock, accel Accel, notes *[]string)
 			return &SpecError{Field: "spec.domain.clock.timezone", Msg: fmt.Sprintf("%q is not a time zone known to this host (/usr/share/zoneinfo)", clock.TimeZone)}
 		}
 	case c.UTC != nil && c.UTC.OffsetSeconds != nil:
-		clock.Offset, clock.Basis, clock.Adjustment = "variable", "utc", strconv.Itoa(*c.UTC.OffsetSeconds)
+		clock.Adjustment = strconv.Itoa(*c.UTC.OffsetSeconds)
+	case c.UTC != nil:
+		clock.Adjustment = "reset"
 	}
 	if t := c.Timer; t != nil {
-		if t.HPET != nil {
-			clock.Timer = append(clock.Timer, libvirtxml.DomainTimer{Name: "hpet", TickPolicy: string(t.HPET.TickPolicy), Present: yesNo(enabledOr(t.HPET.Enabled, true))})
+		// field is set for KVM's paravirtual clocks, left out under TCG.
+		type timer struct {
+			libvirtxml.DomainTimer
+			field string
+		}
+		var timers []timer
+		if t.RTC != nil {
+			timers = append(timers, timer{libvirtxml.DomainTimer{Name: "rtc", TickPolicy: string(t.RTC.TickPolicy), Track: string(t.RTC.Track), Present: yesNo(enabledOr(t.RTC.Enabled, true))}, ""})
 		}
 		if t.PIT != nil {
-			clock.Timer = append(clock.Timer, libvirtxml.DomainTimer{Name: "pit", TickPolicy: string(t.PIT.TickPolicy), Present: yesNo(enabledOr(t.PIT.Enabled, true))})
+			timers = append(timers, timer{libvirtxml.DomainTimer{Name: "pit", TickPolicy: string(t.PIT.TickPolicy), Present: yesNo(enabledOr(t.PIT.Enabled, true))}, ""})
 		}
-		if t.RTC != nil {
-			clock.Timer = append(clock.Timer, libvirtxml.DomainTimer{Name: "rtc", TickPolicy: string(t.RTC.TickPolicy), Track: string(t.RTC.Track), Present: yesNo(enabledOr(t.RTC.Enabled, true))})
-		}
-		type pvClock struct {
-			name, field string
-			enabled     *bool
-		}
-		var pvs []pvClock
 		if t.KVM != nil {
-			pvs = append(pvs, pvClock{"kvmclock", "kvm", t.KVM.Enabled})
+			timers = append(timers, timer{libvirtxml.DomainTimer{Name: "kvmclock", Present: yesNo(enabledOr(t.KVM.Enabled, true))}, "kvm"})
+		}
+		if t.HPET != nil {
+			timers = append(timers, timer{libvirtxml.DomainTimer{Name: "hpet", TickPolicy: string(t.HPET.TickPolicy), Present: yesNo(enabledOr(t.HPET.Enabled, true))}, ""})
 		}
 		if t.Hyperv != nil {
-			pvs = append(pvs, pvClock{"hypervclock", "hyperv", t.Hyperv.Enabled})
+			timers = append(timers, timer{libvirtxml.DomainTimer{Name: "hypervclock", Present: yesNo(enabledOr(t.Hyperv.Enabled, true))}, "hyperv"})
 		}
-		for _, pv := range pvs {
-			if accel != AccelKVM {
-				*notes = append(*notes, "spec.domain.clock.timer."+pv.field+": the "+pv.name+" is KVM's paravirtual clock; under TCG the guest runs without it")
+		for _, tm := range timers {
+			if tm.field != "" && accel != AccelKVM {
+				*notes = append(*notes, "spec.domain.clock.timer."+tm.field+": the "+tm.Name+" is KVM's paravirtual clock; under TCG the guest runs without it")
 				continue
 			}
-			clock.Timer = append(clock.Timer, libvirtxml.DomainTimer{Name: pv.name, Present: yesNo(enabledOr(pv.enabled, true))})
+			clock.Timer = append(clock.Timer, tm.DomainTimer)
 		}
 	}
 	dom.Clock = clock
 	return nil
 }
 
-// setDevicesExtra adds the entropy device and, when the VMI asks for it,
-// a VGA display served by VNC on a socket in the scratch folder.
+// setDevicesExtra adds the entropy device, the vTPM and, when the VMI
+// asks for it, a VGA display served by VNC on a socket in the scratch
+// folder.
 func setDevicesExtra(dom *libvirtxml.Domain, vmi *v1.VirtualMachineInstance, scratch string) error {
 	d := &vmi.Spec.Domain.Devices
+	if err := setTPM(dom, d.TPM); err != nil {
+		return err
+	}
 	if d.Rng != nil {
 		dom.Devices.RNGs = []libvirtxml.DomainRNG{{Model: virtioModel(vmi), Backend: &libvirtxml.DomainRNGBackend{Random: &libvirtxml.DomainRNGBackendRandom{Device: "/dev/urandom"}}}}
 	}
@@ -274,5 +284,26 @@ func setDevicesExtra(dom *libvirtxml.Domain, vmi *v1.VirtualMachineInstance, scr
 		}
 		dom.Devices.Videos = []libvirtxml.DomainVideo{{Model: model}}
 	}
+	return nil
+}
+
+// setTPM renders devices.tpm as KubeVirt v1.6.0's converter does
+// (kubevirt.io/kubevirt pkg/virt-launcher/virtwrap/converter, Convert_v1_
+// VirtualMachineInstance_To_api_Domain, and pkg/tpm HasDevice): a
+// tpm-tis device on libvirt's emulator backend, TPM 2.0, unless enabled
+// is false. libvirt starts swtpm for it and stops it with the domain; the
+// state is transient. persistent: true is refused: KubeVirt keeps that
+// state on the VM's backend-storage PVC, which one launch does not have.
+func setTPM(dom *libvirtxml.Domain, t *v1.TPMDevice) error {
+	if t == nil || !enabledOr(t.Enabled, true) {
+		return nil
+	}
+	if t.Persistent != nil && *t.Persistent {
+		return &SpecError{Field: "spec.domain.devices.tpm.persistent", Msg: "a persistent vTPM keeps its state on KubeVirt's backend-storage PVC, which one launch does not have; leave it unset or false"}
+	}
+	dom.Devices.TPMs = []libvirtxml.DomainTPM{{
+		Model:   "tpm-tis",
+		Backend: &libvirtxml.DomainTPMBackend{Emulator: &libvirtxml.DomainTPMBackendEmulator{Version: "2.0"}},
+	}}
 	return nil
 }

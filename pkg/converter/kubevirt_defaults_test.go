@@ -13,19 +13,48 @@ import (
 	"libvirt.org/go/libvirtxml"
 )
 
-// TestTPMRefusedByName: tpm: {} asks for a device; it must be refused by
-// name, never dropped because the object is empty.
-func TestTPMRefusedByName(t *testing.T) {
+// TestTPM: tpm: {} passes CheckSupported (an empty object that asks for a
+// device) and renders as KubeVirt v1.6.0 renders it: tpm-tis on the
+// emulator backend, TPM 2.0. enabled: false renders none; persistent: true
+// is refused by name with the reason, in one short line.
+func TestTPM(t *testing.T) {
 	raw := map[string]any{"spec": map[string]any{"domain": map[string]any{
-		"resources": map[string]any{}, // groups supported fields: fine
-		"devices":   map[string]any{"tpm": map[string]any{}, "disks": []any{map[string]any{"name": "d", "disk": map[string]any{}}}},
+		"devices": map[string]any{"tpm": map[string]any{}, "disks": []any{map[string]any{"name": "d", "disk": map[string]any{}}}},
 	}}}
-	err := CheckSupported(raw)
-	if err == nil || !strings.HasPrefix(err.Error(), "field spec.domain.devices.tpm: is not supported: a vTPM needs swtpm") {
-		t.Fatalf("CheckSupported(tpm: {}) = %v, want a refusal naming spec.domain.devices.tpm", err)
+	if err := CheckSupported(raw); err != nil {
+		t.Fatalf("CheckSupported(tpm: {}) = %v, want it accepted", err)
 	}
-	if strings.Contains(err.Error(), "\n") || len(err.Error()) > 200 {
-		t.Fatalf("refusal is not one short line (%d characters): %q", len(err.Error()), err)
+	images, _ := testImages(t)
+	want := []libvirtxml.DomainTPM{{Model: "tpm-tis", Backend: &libvirtxml.DomainTPMBackend{Emulator: &libvirtxml.DomainTPMBackendEmulator{Version: "2.0"}}}}
+	for _, c := range []struct {
+		name string
+		tpm  *v1.TPMDevice
+		want []libvirtxml.DomainTPM
+		err  string
+	}{
+		{"unset", nil, nil, ""},
+		{"empty", &v1.TPMDevice{}, want, ""},
+		{"persistent false", &v1.TPMDevice{Enabled: on(), Persistent: off()}, want, ""},
+		{"disabled", &v1.TPMDevice{Enabled: off()}, nil, ""},
+		{"persistent", &v1.TPMDevice{Persistent: on()}, nil, "field spec.domain.devices.tpm.persistent: a persistent vTPM keeps its state on KubeVirt's backend-storage PVC"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			vmi := baseVMI()
+			vmi.Spec.Domain.Devices.TPM = c.tpm
+			conv, err := Convert(context.Background(), vmi, DomainOptions{Accel: AccelTCG, Images: images, ScratchDir: t.TempDir()})
+			if c.err != "" {
+				if err == nil || !strings.HasPrefix(err.Error(), c.err) || strings.Contains(err.Error(), "\n") || len(err.Error()) > 200 {
+					t.Fatalf("Convert(tpm %+v) = %v, want one short line starting %q", c.tpm, err, c.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(c.want, roundTrip(t, conv.Domain).Devices.TPMs, noXMLName); diff != "" {
+				t.Errorf("tpm (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 
@@ -133,5 +162,22 @@ func TestSchedulingFieldsAccepted(t *testing.T) {
 	raw["spec"].(map[string]any)["dnsPolicy"] = "None"
 	if err := CheckSupported(raw); err == nil || !strings.HasPrefix(err.Error(), "field spec.dnsPolicy: is not supported") {
 		t.Fatalf("CheckSupported(dnsPolicy) = %v, want a refusal naming spec.dnsPolicy", err)
+	}
+}
+
+// TestClockOffsetAsKubeVirt: utc with offsetSeconds is offset="utc" with
+// the seconds as adjustment, as KubeVirt's converter writes it (libvirt
+// turns it into a variable clock itself).
+func TestClockOffsetAsKubeVirt(t *testing.T) {
+	images, _ := testImages(t)
+	vmi := baseVMI()
+	offset := 3600
+	vmi.Spec.Domain.Clock = &v1.Clock{ClockOffset: v1.ClockOffset{UTC: &v1.ClockOffsetUTC{OffsetSeconds: &offset}}}
+	conv, err := Convert(context.Background(), vmi, DomainOptions{Accel: AccelTCG, Images: images, ScratchDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(&libvirtxml.DomainClock{Offset: "utc", Adjustment: "3600"}, roundTrip(t, conv.Domain).Clock); diff != "" {
+		t.Errorf("clock (-want +got):\n%s", diff)
 	}
 }

@@ -68,6 +68,9 @@ func supportedFields() []string {
 		"spec.domain.devices.disks[].cdrom.bus", "spec.domain.devices.disks[].cdrom.readonly",
 		"spec.domain.devices.disks[].cdrom.tray",
 		"spec.domain.devices.rng",
+		// A transient vTPM (libvirt runs swtpm); persistent: true is
+		// refused by setTPM with the reason.
+		"spec.domain.devices.tpm", "spec.domain.devices.tpm.enabled", "spec.domain.devices.tpm.persistent",
 		"spec.domain.devices.autoattachSerialConsole",
 		"spec.domain.devices.autoattachGraphicsDevice",
 		"spec.domain.devices.autoattachMemBalloon",
@@ -99,7 +102,6 @@ func (e *UnsupportedFieldError) Error() string {
 // refusedWhy says, for fields people do write, why the launcher cannot
 // honour them; any other unsupported field gets the generic reason.
 var refusedWhy = map[string]string{
-	"spec.domain.devices.tpm":                      "a vTPM needs swtpm beside QEMU, which the launcher does not run",
 	"spec.domain.cpu.dedicatedCpuPlacement":        "dedicated CPUs need the kubelet's CPU manager",
 	"spec.domain.cpu.isolateEmulatorThread":        "dedicated CPUs need the kubelet's CPU manager",
 	"spec.domain.devices.interfaces[].sriov":       "SR-IOV functions are another node's hardware, handed over by a device plugin",

@@ -71,6 +71,15 @@ func substitutions() []Rule {
 					}
 				}
 			}},
+		{"kvm-enlightenments", "substitution: Hyper-V enlightenments (features/hyperv) and KVM's paravirtual clocks (kvmclock, hypervclock timers) are KVM interfaces; under TCG the launcher leaves them out and logs a note naming the field",
+			func(kv, ours *Node) {
+				if f := kv.Child("features"); f != nil {
+					f.Remove("hyperv", nil)
+				}
+				if c := kv.Child("clock"); c != nil {
+					c.Remove("timer", func(t *Node) bool { return t.Attrs["name"] == "kvmclock" || t.Attrs["name"] == "hypervclock" })
+				}
+			}},
 		{"memory-hotplug", "substitution: KubeVirt gives a VMI of 1Gi or more memory-hotplug room as maxMemory with slots=\"0\" (maxGuest, 4x guest), which its libvirt 10.10 takes; this machine's libvirt 9.0 refuses that element (\"both maximum memory size and memory slot count must be specified\", and with slots a NUMA node), so the launcher leaves it out: the guest boots with the same memory and cannot hot-plug more, as no launch can",
 			func(kv, ours *Node) {
 				kv.Remove("maxMemory", func(c *Node) bool { return c.Attrs["slots"] == "" || c.Attrs["slots"] == "0" })

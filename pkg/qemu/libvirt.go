@@ -39,6 +39,10 @@ func EmbedURI(root string) string { return "qemu:///embed?root=" + root }
 const embedQEMUConf = `# written by virt-launcher for its embedded libvirt
 user = "root"
 group = "root"
+# swtpm (a vTPM) runs as QEMU does; libvirt's default user, tss, could not
+# read state that root made (swtpm_setup's local CA in /var/lib/swtpm-localca).
+swtpm_user = "root"
+swtpm_group = "root"
 dynamic_ownership = 0
 remember_owner = 0
 stdio_handler = "file"

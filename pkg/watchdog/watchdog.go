@@ -72,6 +72,10 @@ func reap(t Target, forget Forget, log *slog.Logger) {
 			// daemonized, behind. Every QEMU of this embedded driver names a
 			// path under the per-VMI root (its monitor, its pid file).
 			pids = append(pids, FindQEMUUnder(t.Root)...)
+			// A vTPM's swtpm, daemonized by libvirt beside QEMU, ends
+			// with QEMU's connection (--terminate); one that has not
+			// connected yet would not.
+			pids = append(pids, FindSwtpmUnder(t.Root)...)
 		}
 		if len(pids) == 0 {
 			break
@@ -107,6 +111,12 @@ func FindQEMU(name, pathPart string) []int {
 // qemuProcesses lists the QEMU processes (qemu-system-*) whose command line
 // match accepts, given as arguments and as the raw NUL-separated line.
 func qemuProcesses(match func(args []string, cmdline string) bool) []int {
+	return processes("qemu-system", match)
+}
+
+// processes lists the processes whose program name contains prog and
+// whose command line match accepts.
+func processes(prog string, match func(args []string, cmdline string) bool) []int {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
@@ -122,7 +132,7 @@ func qemuProcesses(match func(args []string, cmdline string) bool) []int {
 			continue
 		}
 		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
-		if strings.Contains(filepath.Base(args[0]), "qemu-system") && match(args, string(cmdline)) {
+		if strings.Contains(filepath.Base(args[0]), prog) && match(args, string(cmdline)) {
 			pids = append(pids, pid)
 		}
 	}
@@ -143,6 +153,24 @@ func referencesRoot(args []string, root string) bool {
 	if len(args) == 0 || !strings.Contains(filepath.Base(args[0]), "qemu-system") {
 		return false
 	}
+	return namesPathUnder(args, root)
+}
+
+// FindSwtpmUnder lists the swtpm processes (a vTPM's emulator, which
+// libvirt starts beside QEMU) whose command line names a path inside root.
+func FindSwtpmUnder(root string) []int {
+	return processes("swtpm", func(args []string, _ string) bool { return swtpmUnder(args, root) })
+}
+
+// swtpmUnder tells whether args are a swtpm command line naming a path
+// inside root (its control socket and state folder are there).
+func swtpmUnder(args []string, root string) bool {
+	return len(args) > 0 && filepath.Base(args[0]) == "swtpm" && namesPathUnder(args, root)
+}
+
+// namesPathUnder tells whether an argument after the program names a path
+// inside root (root followed by a separator).
+func namesPathUnder(args []string, root string) bool {
 	prefix := filepath.Clean(root) + "/"
 	for _, a := range args[1:] {
 		if strings.Contains(a, prefix) {

@@ -72,3 +72,24 @@ func TestReferencesRoot(t *testing.T) {
 		}
 	}
 }
+
+// TestSwtpmUnder: the swtpm that libvirt starts for a vTPM is matched by
+// the per-VMI root its socket and state are in, never a neighbour's.
+func TestSwtpmUnder(t *testing.T) {
+	swtpm := []string{"/usr/bin/swtpm", "socket", "--ctrl", "type=unixio,path=/run/crashloop/vmi-123/run/swtpm/1-ns_vmi-swtpm.sock,mode=0600",
+		"--tpmstate", "dir=/run/crashloop/vmi-123/lib/swtpm/f891/tpm2,mode=0600", "--terminate", "--tpm2"}
+	for _, tc := range []struct {
+		args []string
+		root string
+		want bool
+	}{
+		{swtpm, "/run/crashloop/vmi-123", true},
+		{swtpm, "/run/crashloop/vmi-12", false},
+		{append([]string{"/usr/bin/swtpm_setup"}, swtpm[1:]...), "/run/crashloop/vmi-123", false},
+		{nil, "/run/crashloop/vmi-123", false},
+	} {
+		if got := swtpmUnder(tc.args, tc.root); got != tc.want {
+			t.Errorf("swtpmUnder(%q, %q) = %v, want %v", tc.args[:min(1, len(tc.args))], tc.root, got, tc.want)
+		}
+	}
+}
