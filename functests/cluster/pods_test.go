@@ -102,18 +102,23 @@ type inspected struct {
 }
 
 // containersOfPod lists the containers labelled with a pod's UID and
-// inspects them.
+// inspects them. A container removed between the listing and its
+// inspection (the node agent removes a pod's container as the pod goes,
+// which the deletion specs poll for) is gone, not an error.
 func containersOfPod(uid types.UID) []inspected {
 	out, err := podman("ps", "--all", "--filter", "label="+nodeagent.LabelPodUID+"="+string(uid), "--format", "{{.ID}}")
 	Expect(err).NotTo(HaveOccurred(), "podman ps: %s", out)
-	ids := strings.Fields(out)
-	if len(ids) == 0 {
-		return nil
-	}
-	out, err = podman(append([]string{"container", "inspect"}, ids...)...)
-	Expect(err).NotTo(HaveOccurred(), "podman inspect: %s", out)
 	var cs []inspected
-	Expect(json.Unmarshal([]byte(out), &cs)).To(Succeed())
+	for _, id := range strings.Fields(out) {
+		out, err = podman("container", "inspect", id)
+		if err != nil && strings.Contains(out, "no such container") {
+			continue
+		}
+		Expect(err).NotTo(HaveOccurred(), "podman inspect %s: %s", id, out)
+		var one []inspected
+		Expect(json.Unmarshal([]byte(out), &one)).To(Succeed())
+		cs = append(cs, one...)
+	}
 	return cs
 }
 
