@@ -79,7 +79,7 @@ type Launch struct {
 // Start runs the launch and registers its cleanup: kill the process if it
 // still runs, check that no QEMU of the domain and no process naming the
 // launch folder survives, print the log and console when the spec failed,
-// remove the folder.
+// remove the folder (also when the launcher never started).
 func Start(s Spec) *Launch {
 	if s.Namespace == "" {
 		s.Namespace = "default"
@@ -88,6 +88,10 @@ func Start(s Spec) *Launch {
 	// 108 bytes of a UNIX socket address.
 	dir, err := os.MkdirTemp("", "cl-lh-")
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
+	// Registered first, so it runs last: the folder goes even when the
+	// launcher never started (a missing binary fails the spec below) or
+	// when cleanup's leak checks fail.
+	ginkgo.DeferCleanup(os.RemoveAll, dir)
 	l := &Launch{Name: s.Name, Domain: s.Namespace + "_" + s.Name, Dir: dir,
 		Console: filepath.Join(dir, launcherapi.ConsoleFile), Runtime: filepath.Join(dir, "r"),
 		spec: s, done: make(chan struct{}), changed: make(chan struct{})}
@@ -343,7 +347,6 @@ func (l *Launch) cleanup() {
 			ginkgo.GinkgoWriter.Printf("libvirt log:\n%s\n", b)
 		}
 	}
-	gomega.Expect(os.RemoveAll(l.Dir)).To(gomega.Succeed())
 }
 
 // processesNaming lists the processes whose command line contains s.
