@@ -10,15 +10,9 @@ import (
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 )
 
-// itVM names an instancetype and a preference that the test does not give.
-const itVM = `apiVersion: kubevirt.io/v1
-kind: VirtualMachine
-metadata: {name: vm1}
-spec:
-  instancetype: {kind: VirtualMachineInstancetype, name: small}
-  preference: {name: virtio}
-  template: {spec: {domain: {devices: {}}}}
-`
+// itVM names an instancetype that the test does not give.
+const itVM = `{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "metadata": {"name": "vm1"},
+  "spec": {"instancetype": {"kind": "VirtualMachineInstancetype", "name": "small"}, "template": {"spec": {"domain": {"devices": {}}}}}}`
 
 // TestPrepareMissingObject: through the converter stage, a missing object
 // is exit 5 with one line.
