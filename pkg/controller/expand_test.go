@@ -58,13 +58,20 @@ func checkExpanded(t *testing.T, what string, spec *v1.VirtualMachineInstanceSpe
 	}
 }
 
-// TestReadManifestsExpands: a file with a VM, its instancetype and its
+// TestExpansion runs the specs that need the real expander, built once.
+func TestExpansion(t *testing.T) {
+	exe := realExpander(t)
+	t.Run("read", func(t *testing.T) { readExpanded(t, exe) })
+	t.Run("kept like a revision", func(t *testing.T) { keptLikeARevision(t, exe) })
+}
+
+// readExpanded: a file with a VM, its instancetype and its
 // preference reads as the VM as written (spec.instancetype kept, as
 // KubeVirt's VM object keeps it) with the template KubeVirt's code
 // expands, which the VMIs are made from; the digest is the VM document's.
 // The objects may also come from the --instancetypes folder.
-func TestReadManifestsExpands(t *testing.T) {
-	exp := vmexpandexec.Expander{Exe: realExpander(t)}
+func readExpanded(t *testing.T, exe string) {
+	exp := vmexpandexec.Expander{Exe: exe}
 	ms, err := ReadManifests(context.Background(), exp, []string{exampleFile})
 	if err != nil {
 		t.Fatal(err)
@@ -135,5 +142,58 @@ func TestReadManifestsExpandFailures(t *testing.T) {
 	plain := writeFile(t, filepath.Join(t.TempDir(), "plain.yaml"), vmYAML("plain", "Always", nil))
 	if ms, err := ReadManifests(context.Background(), vmexpandexec.Expander{Exe: exe}, []string{plain}); err != nil || ms[0].Template != nil {
 		t.Errorf("a VM naming nothing: %v, template %v", err, ms)
+	}
+}
+
+// keptLikeARevision: the expansion is saved with the record
+// and kept when only an object the VM names changes (the VM document's
+// digest is the same), as a KubeVirt VM keeps its controller revisions; a
+// change to the VM's own document expands it again.
+func keptLikeARevision(t *testing.T, exe string) {
+	exp := vmexpandexec.Expander{Exe: exe}
+	data, err := os.ReadFile(exampleFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(testConfig(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(content string) Manifest {
+		t.Helper()
+		ms, err := ParseManifests(context.Background(), exp, "vm.yaml", []byte(content))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ms[0]
+	}
+	record := func(m Manifest) *Record {
+		t.Helper()
+		rec, err := c.initialRecord(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		enc, err := c.store.Encode(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.store.Write(KeyOf(rec.VM), enc); err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	cores := func(rec *Record) uint32 {
+		return newVMI(rec.VM, rec.template(), "u", time.Unix(0, 0)).Spec.Domain.CPU.Cores
+	}
+	if got := cores(record(read(string(data)))); got != 2 {
+		t.Fatalf("first read: %d cores, want 2", got)
+	}
+	bigger := strings.Replace(string(data), "guest: 2\n", "guest: 3\n", 1)
+	if got := cores(record(read(bigger))); got != 2 {
+		t.Errorf("instancetype edited, VM unchanged: %d cores, want the saved expansion's 2", got)
+	}
+	relabelled := strings.Replace(bigger, "kubevirt.io/vm: testvm-instancetype", "kubevirt.io/vm: testvm-instancetype-2", 1)
+	if got := cores(record(read(relabelled))); got != 3 {
+		t.Errorf("VM edited: %d cores, want the new expansion's 3", got)
 	}
 }
