@@ -21,11 +21,13 @@ import (
 	"github.com/crashloop-harness/crashloop/pkg/backoff"
 	"github.com/crashloop-harness/crashloop/pkg/controller"
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
+	"github.com/crashloop-harness/crashloop/pkg/vmexpandexec"
 )
 
 // runFlags are the flags of "virt-controller run".
 type runFlags struct {
 	stateDir, launcher, output, preset, logLevel string
+	instancetypes                                string
 	launcherArgs                                 []string
 	timeScale                                    float64
 	seed                                         launcherapi.Seed
@@ -41,6 +43,7 @@ func runController(args []string) error {
 	fs.StringVar(&f.stateDir, "state-dir", defaultStateDir(), "state folder (VM status, launcher folders, control socket)")
 	fs.StringVar(&f.launcher, "launcher", "", "virt-launcher binary (default: next to virt-controller, then $PATH)")
 	fs.IntVar(&f.launcherNice, "launcher-nice", 0, "run launchers (and their QEMU) at this nice value (0: the controller's own); a crowd of launchers outweighs the controller whatever their nice")
+	fs.StringVar(&f.instancetypes, "instancetypes", "", "folder of the instancetypes and preferences VMs name, besides those in their own file (expanded with virt-launcher-expand, found next to virt-controller)")
 	fs.StringArrayVar(&f.launcherArgs, "launcher-arg", nil, "extra flag for every virt-launcher, e.g. --launcher-arg=--image-dir=DIR (repeatable)")
 	fs.StringVarP(&f.output, "output", "o", "auto", "auto (live view on a terminal, JSON lines otherwise), live, json, or text (one readable line per event)")
 	fs.Float64Var(&f.timeScale, "time-scale", 1, "multiply every controller-side duration (backoff, QEMU timeout, grace period) by this")
@@ -73,7 +76,7 @@ func runController(args []string) error {
 	if err != nil {
 		return fail(exitBadInput, "%v", err)
 	}
-	manifests, err := controller.ReadManifests(fs.Args())
+	manifests, err := controller.ReadManifests(context.Background(), cfg.Expander, fs.Args())
 	if err != nil {
 		return fail(exitBadInput, "%v", err)
 	}
@@ -167,6 +170,10 @@ func (f runFlags) config() (controller.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
+	expander, err := newExpander(f.instancetypes)
+	if err != nil {
+		return cfg, err
+	}
 	seed := f.seed
 	if seed == 0 {
 		var b [8]byte
@@ -179,9 +186,27 @@ func (f runFlags) config() (controller.Config, error) {
 		Launcher:      controller.LauncherOptions{Path: launcher, Args: f.launcherArgs, Nice: f.launcherNice},
 		StartTimeout:  timeout,
 		WatchInterval: f.watchInterval, StopOnExit: !f.leaveRunning,
-		Logger: slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level})),
+		Logger:   slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level})),
+		Expander: expander,
 	}
 	return cfg, nil
+}
+
+// newExpander is virt-launcher-expand next to this binary (as the
+// launcher's converter stage finds it next to its own), with the
+// --instancetypes folder. A missing expander is an error only when a VM
+// names an instancetype or a preference.
+func newExpander(dir string) (vmexpandexec.Expander, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return vmexpandexec.Expander{}, fmt.Errorf("finding %s next to virt-controller: %w", vmexpandexec.ExpanderName, err)
+	}
+	if dir != "" {
+		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+			return vmexpandexec.Expander{}, fmt.Errorf("--instancetypes %s: want a folder of instancetype and preference manifests", dir)
+		}
+	}
+	return vmexpandexec.Expander{Exe: filepath.Join(filepath.Dir(self), vmexpandexec.ExpanderName), Dir: dir}, nil
 }
 
 // findLauncher resolves --launcher, or looks next to this binary, then in

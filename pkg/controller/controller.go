@@ -19,6 +19,7 @@ import (
 	"github.com/crashloop-harness/crashloop/pkg/backoff"
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/launchrt"
+	"github.com/crashloop-harness/crashloop/pkg/vmexpandexec"
 )
 
 // Config configures a Controller. Durations are unscaled: the policy's
@@ -57,6 +58,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Observer receives one Event per state change; may be nil.
 	Observer Observer
+	// Expander expands the instancetypes and preferences VMs name when a
+	// changed manifest file is read again (ReadManifests takes its own).
+	Expander vmexpandexec.Expander
 }
 
 // Controller reconciles a set of VirtualMachines by run strategy, one
@@ -190,13 +194,13 @@ func (c *Controller) initialRecord(m Manifest) (*Record, error) {
 		vm.UID = types.UID(uuid.NewString())
 		vm.Generation = 1
 		vm.CreationTimestamp = metav1.NewTime(c.clock.Now())
-		return &Record{VM: vm, ManifestDigest: m.Digest}, nil
+		return &Record{VM: vm, Template: m.Template.DeepCopy(), ManifestDigest: m.Digest}, nil
 	}
 	if rec.ManifestDigest != m.Digest {
 		vm := m.VM.DeepCopy()
 		vm.Status = rec.VM.Status
 		vm.UID, vm.CreationTimestamp, vm.Generation = rec.VM.UID, rec.VM.CreationTimestamp, rec.VM.Generation+1
-		rec.VM, rec.ManifestDigest = vm, m.Digest
+		rec.VM, rec.Template, rec.ManifestDigest = vm, m.Template.DeepCopy(), m.Digest
 	}
 	return rec, nil
 }
@@ -326,7 +330,7 @@ func (c *Controller) reloadManifest(ctx context.Context, path string, f *manifes
 	data, err := os.ReadFile(path)
 	var ms []Manifest
 	if err == nil {
-		ms, err = ParseManifests(path, data)
+		ms, err = ParseManifests(ctx, c.cfg.Expander, path, data)
 	}
 	if err != nil {
 		if msg := err.Error(); msg != f.invalid {

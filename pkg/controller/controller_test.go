@@ -10,6 +10,8 @@ import (
 	"time"
 
 	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/crashloop-harness/crashloop/pkg/vmexpandexec"
 )
 
 const failFast = v1.FuncTestLauncherFailFastAnnotation
@@ -325,7 +327,7 @@ func TestCorruptStateIsRefusedAndKept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms, _ := ReadManifests([]string{path})
+	ms, _ := ReadManifests(context.Background(), vmexpandexec.Expander{}, []string{path})
 	err = c.Run(context.Background(), ms)
 	if err == nil || !strings.Contains(err.Error(), bad) {
 		t.Fatalf("Run with a corrupt state file: %v, want an error naming %s", err, bad)
@@ -352,7 +354,7 @@ func TestStateFolderErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms, _ := ReadManifests([]string{path})
+	ms, _ := ReadManifests(context.Background(), vmexpandexec.Expander{}, []string{path})
 	if err := c2.Run(context.Background(), ms); err == nil || !strings.Contains(err.Error(), "in use") {
 		t.Errorf("second controller on one folder: %v", err)
 	}

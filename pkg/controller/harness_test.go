@@ -14,6 +14,8 @@ import (
 
 	"github.com/crashloop-harness/crashloop/pkg/backoff"
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
+
+	"github.com/crashloop-harness/crashloop/pkg/vmexpandexec"
 )
 
 // harness runs one Controller over fake launchers (fakeRuntime) on a fake
@@ -96,7 +98,7 @@ func startHarness(t *testing.T, cfg Config, paths ...string) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms, err := ReadManifests(paths)
+	ms, err := ReadManifests(context.Background(), vmexpandexec.Expander{}, paths)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -13,6 +14,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/crashloop-harness/crashloop/pkg/manifest"
+	"github.com/crashloop-harness/crashloop/pkg/vmexpandexec"
 )
 
 // Manifest is one VirtualMachine read from a file.
@@ -23,7 +25,16 @@ type Manifest struct {
 	Doc int
 	// VM is the validated VirtualMachine, namespace defaulted.
 	VM *v1.VirtualMachine
-	// Digest is the SHA-256 of the document's bytes.
+	// Template is the VMI template with the instancetype and preference
+	// the VM names applied (by vmexpandexec, with KubeVirt's code), which
+	// the VM's VMIs are made from; nil when the VM names neither, and its
+	// spec.template is used as written. VM keeps spec.instancetype and
+	// spec.preference and its template as written, as KubeVirt's VM object
+	// does.
+	Template *v1.VirtualMachineInstanceTemplateSpec
+	// Digest is the SHA-256 of the VM document's bytes (not of the objects
+	// it names: like KubeVirt's controller revisions, a VM keeps the
+	// expansion it was started with until its own document changes).
 	Digest string
 }
 
@@ -45,9 +56,10 @@ func SupportedRunStrategies() []v1.VirtualMachineRunStrategy {
 }
 
 // ReadManifests reads every file (several YAML documents per file are
-// allowed, separated by "---") and checks that no two VMs share a
-// namespace/name.
-func ReadManifests(paths []string) ([]Manifest, error) {
+// allowed, separated by "---"; VMs and the instancetypes and preferences
+// they name, as `kubectl apply -f` takes them), expands the VMs with exp
+// and checks that no two VMs share a namespace/name.
+func ReadManifests(ctx context.Context, exp vmexpandexec.Expander, paths []string) ([]Manifest, error) {
 	var all []Manifest
 	seen := map[Key]Manifest{}
 	for _, p := range paths {
@@ -55,7 +67,7 @@ func ReadManifests(paths []string) ([]Manifest, error) {
 		if err != nil {
 			return nil, fmt.Errorf("reading manifest: %w", err)
 		}
-		ms, err := ParseManifests(p, data)
+		ms, err := ParseManifests(ctx, exp, p, data)
 		if err != nil {
 			return nil, err
 		}
@@ -75,20 +87,39 @@ func ReadManifests(paths []string) ([]Manifest, error) {
 }
 
 // ParseManifests decodes the VirtualMachines in one file's bytes (one or
-// more YAML or JSON documents, read by pkg/manifest).
-func ParseManifests(path string, data []byte) ([]Manifest, error) {
+// more YAML or JSON documents, read by pkg/manifest) and expands the
+// instancetype and preference each names with exp, the objects taken from
+// the same file or exp's folder. Any other kind of document is an error.
+func ParseManifests(ctx context.Context, exp vmexpandexec.Expander, path string, data []byte) ([]Manifest, error) {
 	docs, err := manifest.Documents(data, path)
 	if err != nil {
 		return nil, err
 	}
-	var out []Manifest
+	var objs []manifest.Object
+	var vmDocs []manifest.Part
 	for _, d := range docs {
+		o, ok, err := manifest.ObjectOf(d, path)
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("%s: %w", path, err)
+		case ok:
+			objs = append(objs, o)
+		default:
+			vmDocs = append(vmDocs, d)
+		}
+	}
+	var out []Manifest
+	for _, d := range vmDocs {
 		vm, err := parseVM(d.JSON)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", source(path, d.N), err)
 		}
 		sum := sha256.Sum256(d.YAML)
-		out = append(out, Manifest{Path: path, Doc: d.N, VM: vm, Digest: hex.EncodeToString(sum[:])})
+		m := Manifest{Path: path, Doc: d.N, VM: vm, Digest: hex.EncodeToString(sum[:])}
+		if m.Template, err = expand(ctx, exp, d.JSON, objs, path); err != nil {
+			return nil, err
+		}
+		out = append(out, m)
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%s: no VirtualMachine in the file", path)
@@ -114,7 +145,8 @@ func parseVM(js []byte) (*v1.VirtualMachine, error) {
 	case "":
 		return nil, errors.New("field kind: missing, want VirtualMachine")
 	default:
-		return nil, fmt.Errorf("field kind: got %q, want VirtualMachine", head.Kind)
+		return nil, fmt.Errorf("field kind: got %q, want VirtualMachine (or an instancetype or preference it names: %s, %s, %s, %s)", head.Kind,
+			manifest.KindInstancetype, manifest.KindClusterInstancetype, manifest.KindPreference, manifest.KindClusterPreference)
 	}
 	if head.APIVersion != "kubevirt.io/v1" {
 		return nil, fmt.Errorf("field apiVersion: got %q, want \"kubevirt.io/v1\"", head.APIVersion)
@@ -133,14 +165,6 @@ func parseVM(js []byte) (*v1.VirtualMachine, error) {
 		}
 		return nil, fmt.Errorf("decoding VirtualMachine: %w", err)
 	}
-	if vm.Spec.Instancetype != nil || vm.Spec.Preference != nil {
-		// Dropping them would run another VM than the manifest's.
-		field := "spec.instancetype"
-		if vm.Spec.Instancetype == nil {
-			field = "spec.preference"
-		}
-		return nil, fmt.Errorf("field %s: virt-controller does not expand instancetypes and preferences yet; write them into spec.template, or run the VM with virt-launcher, which expands them", field)
-	}
 	if vm.Status.StartFailure != nil || vm.Status.PrintableStatus != "" {
 		// A status in a manifest would masquerade as the controller's record.
 		vm.Status = v1.VirtualMachineStatus{}
@@ -152,6 +176,26 @@ func parseVM(js []byte) (*v1.VirtualMachine, error) {
 		return nil, err
 	}
 	return vm, nil
+}
+
+// expand returns the VMI template of the VM document js with the
+// instancetype and preference it names applied; nil when it names neither.
+func expand(ctx context.Context, exp vmexpandexec.Expander, js []byte, objs []manifest.Object, path string) (*v1.VirtualMachineInstanceTemplateSpec, error) {
+	if len(manifest.Refs(js)) == 0 {
+		return nil, nil
+	}
+	out, err := exp.Expand(ctx, js, objs, path)
+	if err != nil {
+		return nil, err
+	}
+	var vm v1.VirtualMachine
+	if err := json.Unmarshal(out, &vm); err != nil {
+		return nil, fmt.Errorf("%s: reading %s's answer: %w", path, vmexpandexec.ExpanderName, err)
+	}
+	if vm.Spec.Template == nil {
+		return nil, fmt.Errorf("%s: %s answered a VirtualMachine without spec.template", path, vmexpandexec.ExpanderName)
+	}
+	return vm.Spec.Template, nil
 }
 
 func validateVM(vm *v1.VirtualMachine) error {
@@ -201,7 +245,7 @@ func (w *worker) applyManifest(m *Manifest) string {
 	vm := m.VM.DeepCopy()
 	vm.Status = old.Status
 	vm.UID, vm.CreationTimestamp, vm.Generation = old.UID, old.CreationTimestamp, old.Generation+1
-	w.rec.VM, w.rec.ManifestDigest = vm, m.Digest
+	w.rec.VM, w.rec.Template, w.rec.ManifestDigest = vm, m.Template.DeepCopy(), m.Digest
 	msg := fmt.Sprintf("spec reloaded from %s (generation %d)", m.Source(), vm.Generation)
 	w.note(Event{Event: EventManifestChanged, Message: msg})
 	return msg

@@ -1,10 +1,13 @@
 package controller
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/crashloop-harness/crashloop/pkg/vmexpandexec"
 )
 
 func TestParseManifestsRejectsBadInput(t *testing.T) {
@@ -30,13 +33,15 @@ func TestParseManifestsRejectsBadInput(t *testing.T) {
 		{"running and runStrategy", vm("  running: true\n  runStrategy: Always\n  template: {spec: {domain: {devices: {}}}}\n"), []string{"spec.running", "spec.runStrategy"}},
 		{"misspelled field", vm("  runStrategey: Always\n  template: {spec: {domain: {devices: {}}}}\n"), []string{"unknown field", "runStrategey"}},
 		{"an instancetype", vm("  instancetype: {name: small}\n  template: {spec: {domain: {devices: {}}}}\n"),
-			[]string{"spec.instancetype", "does not expand instancetypes and preferences yet", "virt-launcher"}},
-		{"a preference", vm("  preference: {name: virtio}\n  template: {spec: {domain: {devices: {}}}}\n"), []string{"spec.preference"}},
+			[]string{"spec.instancetype", `VirtualMachineClusterInstancetype "small" not found: not in vm.yaml`, "--instancetypes"}},
+		{"a preference", vm("  preference: {name: virtio}\n  template: {spec: {domain: {devices: {}}}}\n"), []string{"spec.preference", `VirtualMachineClusterPreference "virtio" not found`}},
+		{"a bad instancetype", vm("  template: {spec: {domain: {devices: {}}}}\n") + "---\napiVersion: instancetype.kubevirt.io/v1alpha1\nkind: VirtualMachineInstancetype\nmetadata: {name: s}\n",
+			[]string{"document 2", "VirtualMachineInstancetype", "apiVersion", "v1beta1"}},
 		{"not YAML", "{{{", []string{"YAML"}},
 		{"empty", "# nothing\n", []string{"no VirtualMachine"}},
 	}
 	for _, c := range cases {
-		_, err := ParseManifests("vm.yaml", []byte(c.doc))
+		_, err := ParseManifests(context.Background(), vmexpandexec.Expander{}, "vm.yaml", []byte(c.doc))
 		if err == nil {
 			t.Errorf("%s: accepted", c.name)
 			continue
@@ -51,7 +56,7 @@ func TestParseManifestsRejectsBadInput(t *testing.T) {
 
 func TestParseManifestsMultiDocAndDefaults(t *testing.T) {
 	doc := vmYAML("one", "Always", nil) + "---\n# comment only\n---\n---\n" + vmYAML("two", "", nil)
-	ms, err := ParseManifests("f.yaml", []byte(doc))
+	ms, err := ParseManifests(context.Background(), vmexpandexec.Expander{}, "f.yaml", []byte(doc))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +68,7 @@ func TestParseManifestsMultiDocAndDefaults(t *testing.T) {
 	}
 	// JSON works too.
 	js := `{"apiVersion":"kubevirt.io/v1","kind":"VirtualMachine","metadata":{"name":"j","namespace":"ns"},"spec":{"runStrategy":"Once","template":{"spec":{"domain":{"devices":{}}}}}}`
-	if ms, err := ParseManifests("j.json", []byte(js)); err != nil || ms[0].VM.Namespace != "ns" {
+	if ms, err := ParseManifests(context.Background(), vmexpandexec.Expander{}, "j.json", []byte(js)); err != nil || ms[0].VM.Namespace != "ns" {
 		t.Fatalf("JSON manifest: %v", err)
 	}
 }
@@ -72,11 +77,11 @@ func TestReadManifestsDuplicates(t *testing.T) {
 	d := t.TempDir()
 	a := writeFile(t, filepath.Join(d, "a.yaml"), vmYAML("same", "Always", nil))
 	b := writeFile(t, filepath.Join(d, "b.yaml"), vmYAML("other", "Always", nil)+"---\n"+vmYAML("same", "Halted", nil))
-	_, err := ReadManifests([]string{a, b})
+	_, err := ReadManifests(context.Background(), vmexpandexec.Expander{}, []string{a, b})
 	if err == nil || !strings.Contains(err.Error(), "duplicate") || !strings.Contains(err.Error(), a) || !strings.Contains(err.Error(), b+" (document 2)") {
 		t.Fatalf("duplicates: %v", err)
 	}
-	if _, err := ReadManifests([]string{filepath.Join(d, "missing.yaml")}); err == nil || !os.IsNotExist(errorsUnwrapAll(err)) {
+	if _, err := ReadManifests(context.Background(), vmexpandexec.Expander{}, []string{filepath.Join(d, "missing.yaml")}); err == nil || !os.IsNotExist(errorsUnwrapAll(err)) {
 		t.Fatalf("missing file: %v", err)
 	}
 }
@@ -97,7 +102,7 @@ func FuzzParseManifests(f *testing.F) {
 	f.Add([]byte(`{"apiVersion":"kubevirt.io/v1","kind":"VirtualMachine","metadata":{"name":"j"}}`))
 	f.Add([]byte("---\n---\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		ms, err := ParseManifests("fuzz.yaml", data)
+		ms, err := ParseManifests(context.Background(), vmexpandexec.Expander{}, "fuzz.yaml", data)
 		if err != nil {
 			return
 		}

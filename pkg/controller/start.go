@@ -26,7 +26,7 @@ const (
 // the start waited for (zero when it did not wait).
 func (w *worker) start(now, planned time.Time) bool {
 	uid := types.UID(uuid.NewString())
-	vmi := newVMI(w.rec.VM, uid, now)
+	vmi := newVMI(w.rec.VM, w.rec.template(), uid, now)
 	w.rec.VMI = vmi
 	w.createFailures = 0
 	return w.createLauncher(vmi, now, planned)
@@ -80,7 +80,7 @@ func (w *worker) qemuTimeout() time.Duration {
 
 func (w *worker) gracePeriod() time.Duration {
 	g := time.Duration(v1.DefaultGracePeriodSeconds) * time.Second
-	if t := w.rec.VM.Spec.Template; t != nil && t.Spec.TerminationGracePeriodSeconds != nil {
+	if t := w.rec.template(); t != nil && t.Spec.TerminationGracePeriodSeconds != nil {
 		g = time.Duration(*t.Spec.TerminationGracePeriodSeconds) * time.Second
 	}
 	return w.c.cfg.Policy.Scaled(g)

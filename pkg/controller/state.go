@@ -33,6 +33,11 @@ type Record struct {
 	Version int `json:"version"`
 	// VM is the VirtualMachine with its status, in KubeVirt's JSON shape.
 	VM *v1.VirtualMachine `json:"vm"`
+	// Template is the VM's template with its instancetype and preference
+	// applied (Manifest.Template), what its VMIs are made from, kept as
+	// KubeVirt keeps a VM's controller revisions; nil when the VM names
+	// neither.
+	Template *v1.VirtualMachineInstanceTemplateSpec `json:"expandedTemplate,omitempty"`
 	// VMI is the current VMI, or the last one once it is final; nil before
 	// the first start.
 	VMI *v1.VirtualMachineInstance `json:"vmi,omitempty"`

@@ -14,16 +14,17 @@ import (
 // as KubeVirt does.
 const GenerationAnnotation = v1.VirtualMachineGenerationAnnotation
 
-// newVMI makes a VirtualMachineInstance from the VM's template, the way
-// KubeVirt's VM controller does: template metadata and spec, the VM's name
-// and namespace, an owner reference to the VM, a fresh UID, phase Pending.
-func newVMI(vm *v1.VirtualMachine, uid types.UID, now time.Time) *v1.VirtualMachineInstance {
+// newVMI makes a VirtualMachineInstance from the VM's template (tmpl:
+// with its instancetype and preference applied), the way KubeVirt's VM
+// controller does: template metadata and spec, the VM's name and
+// namespace, an owner reference to the VM, a fresh UID, phase Pending.
+func newVMI(vm *v1.VirtualMachine, tmpl *v1.VirtualMachineInstanceTemplateSpec, uid types.UID, now time.Time) *v1.VirtualMachineInstance {
 	vmi := &v1.VirtualMachineInstance{
 		TypeMeta: metav1.TypeMeta{APIVersion: v1.GroupVersion.String(), Kind: "VirtualMachineInstance"},
 	}
-	if vm.Spec.Template != nil {
-		vmi.ObjectMeta = *vm.Spec.Template.ObjectMeta.DeepCopy()
-		vmi.Spec = *vm.Spec.Template.Spec.DeepCopy()
+	if tmpl != nil {
+		vmi.ObjectMeta = *tmpl.ObjectMeta.DeepCopy()
+		vmi.Spec = *tmpl.Spec.DeepCopy()
 	}
 	vmi.Name = vm.Name
 	vmi.GenerateName = ""
@@ -41,6 +42,15 @@ func newVMI(vm *v1.VirtualMachine, uid types.UID, now time.Time) *v1.VirtualMach
 	}}
 	setPhase(vmi, v1.Pending, now)
 	return vmi
+}
+
+// template is what the record's VMIs are made from: the expanded template
+// when the VM names an instancetype or a preference, else its own.
+func (r *Record) template() *v1.VirtualMachineInstanceTemplateSpec {
+	if r.Template != nil {
+		return r.Template
+	}
+	return r.VM.Spec.Template
 }
 
 // setPhase moves the VMI to phase and records the first time it entered it.

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/crashloop-harness/crashloop/pkg/launchprep"
+	"github.com/crashloop-harness/crashloop/pkg/vmexpandexec"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/differences.txt from this run")
@@ -59,7 +59,7 @@ func TestDifferential(t *testing.T) {
 	if expander == "" {
 		t.Fatal("KVRENDER is set but VIRT_LAUNCHER_EXPAND is not: `make unit` builds kubevirtmode's virt-launcher-expand and sets it")
 	}
-	sb := Sandbox{Dir: t.TempDir(), Expand: launchprep.Expander{Exe: expander, Dir: "testdata/kubevirt-v1.6.0"}}
+	sb := Sandbox{Dir: t.TempDir(), Expand: vmexpandexec.Expander{Exe: expander, Dir: "testdata/kubevirt-v1.6.0"}}
 	var table []string
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(nil, 1<<24)

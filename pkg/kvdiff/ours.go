@@ -13,8 +13,8 @@ import (
 
 	"github.com/crashloop-harness/crashloop/pkg/converter"
 	"github.com/crashloop-harness/crashloop/pkg/kvdefaults"
-	"github.com/crashloop-harness/crashloop/pkg/launchprep"
 	"github.com/crashloop-harness/crashloop/pkg/manifest"
+	"github.com/crashloop-harness/crashloop/pkg/vmexpandexec"
 )
 
 // Sandbox is the folder our side renders in: a fake image folder holding
@@ -24,11 +24,11 @@ type Sandbox struct {
 	Dir string
 	// Expand is how our side expands the instancetypes and preferences a
 	// VM names (virt-launcher-expand and the --instancetypes folder).
-	Expand launchprep.Expander
+	Expand vmexpandexec.Expander
 }
 
 // Ours renders one manifest the way the launcher's converter stage does
-// (pkg/launchprep: the Expander, manifest.Read, converter.CheckSupported,
+// (pkg/launchprep: vmexpandexec.Expander, manifest.Read, converter.CheckSupported,
 // kvdefaults.Apply, converter.Convert) under TCG, inside the sandbox. An
 // error is the launcher's refusal.
 func (s Sandbox) Ours(ctx context.Context, data []byte, input string) (string, error) {

@@ -32,6 +32,7 @@ import (
 	"github.com/crashloop-harness/crashloop/pkg/kvmprobe"
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/manifest"
+	"github.com/crashloop-harness/crashloop/pkg/vmexpandexec"
 	"github.com/crashloop-harness/crashloop/pkg/watchdog"
 )
 
@@ -118,12 +119,12 @@ func Prepare(ctx context.Context, o Options) (*Prepared, launcherapi.ExitCode) {
 }
 
 // read takes the VM or VMI out of the manifest file, expands the
-// instancetype and preference a VM names (Expander) and decodes it.
+// instancetype and preference a VM names (vmexpandexec.Expander) and decodes it.
 func read(ctx context.Context, o Options, a launcherapi.Args) (*v1.VirtualMachineInstance, *manifest.Document, launcherapi.ExitCode, bool) {
 	input := o.Request.Input
-	machine, err := Expander{Exe: o.ExpandExe, Dir: a.Instancetypes}.Machine(ctx, o.Request.Manifest, input)
+	machine, err := vmexpandexec.Expander{Exe: o.ExpandExe, Dir: a.Instancetypes}.Machine(ctx, o.Request.Manifest, input)
 	var invalid *manifest.InvalidError
-	var usage *UsageError
+	var usage *vmexpandexec.UsageError
 	switch {
 	case errors.As(err, &invalid):
 		fmt.Fprintf(o.Stderr, "virt-launcher: %v\n", err)

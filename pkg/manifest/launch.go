@@ -68,7 +68,7 @@ func Split(data []byte, input string) (*Launch, error) {
 			}
 			machineDoc, l.Machine = p.N, p.JSON
 		case slices.Contains(objectKinds, kind):
-			o, err := object(p, kind, fmt.Sprintf("%s (document %d)", input, p.N))
+			o, _, err := ObjectOf(p, input)
 			if err != nil {
 				return nil, &InvalidError{Input: input, Msg: err.Error()}
 			}
@@ -108,15 +108,13 @@ func ReadObjectDir(dir string) ([]Object, error) {
 			return nil, err
 		}
 		for _, p := range parts {
-			kind := kindOf(p.JSON)
-			if !slices.Contains(objectKinds, kind) {
-				continue
-			}
-			o, err := object(p, kind, fmt.Sprintf("%s (document %d)", path, p.N))
+			o, ok, err := ObjectOf(p, path)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", path, err)
 			}
-			out = append(out, o)
+			if ok {
+				out = append(out, o)
+			}
 		}
 	}
 	return out, nil
@@ -189,6 +187,18 @@ func kindName(kind, namespaced, cluster string) string {
 		return cluster
 	}
 	return kind
+}
+
+// ObjectOf reads document p of input (from Documents) as an instancetype
+// or a preference; ok is false for a document of another kind. The error
+// names the document, its kind and the field.
+func ObjectOf(p Part, input string) (o Object, ok bool, err error) {
+	kind := kindOf(p.JSON)
+	if !slices.Contains(objectKinds, kind) {
+		return Object{}, false, nil
+	}
+	o, err = object(p, kind, fmt.Sprintf("%s (document %d)", input, p.N))
+	return o, err == nil, err
 }
 
 // object reads an instancetype or preference document's identity.

@@ -18,7 +18,7 @@ import (
 var vmOnlyFields = []string{"runStrategy", "running", "updateVolumesStrategy"}
 
 // vmRefused are VirtualMachine spec fields that change the VMI through
-// cluster objects, which Read does not expand (pkg/launchprep's Expander
+// cluster objects, which Read does not expand (pkg/vmexpandexec's Expander
 // does, before Read).
 var vmRefused = map[string]string{
 	"instancetype": "is a cluster object that must be expanded first: virt-launcher does (with virt-launcher-expand), from the manifest's file or --instancetypes",

@@ -6,9 +6,11 @@
 // stdout: its template is the VMI virt-controller creates, and
 // spec.instancetype and spec.preference are gone, applied.
 //
-// The converter stage (pkg/launchprep) execs it from beside its own binary
-// when the VM names an instancetype or a preference; it is a program of
-// its own because kubevirt.io/kubevirt's pins do not fit the main module.
+// The converter stage (pkg/launchprep) and the local controller
+// (pkg/controller) exec it, through pkg/vmexpandexec, from beside their own
+// binaries when a VM names an instancetype or a preference; it is a
+// program of its own because kubevirt.io/kubevirt's pins do not fit the
+// main module.
 //
 // Exit status: 0 expanded; 1 KubeVirt refuses the VM (a conflict with the
 // instancetype, an unmet preference requirement, a missing object): one

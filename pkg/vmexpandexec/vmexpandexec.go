@@ -1,4 +1,11 @@
-package launchprep
+// Package vmexpandexec expands the instancetype and preference a
+// VirtualMachine names by exec of virt-launcher-expand (KubeVirt v1.6.0's
+// own code, kubevirtmode/cmd/virt-launcher-expand, a module of its own):
+// the one copy of finding the objects (beside the VM in its file, or in an
+// --instancetypes folder) and running the expander, for the launcher's
+// converter stage (pkg/launchprep) and the local controller
+// (pkg/controller). cgo-free; it imports pkg/manifest only.
+package vmexpandexec
 
 import (
 	"bytes"
@@ -7,6 +14,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os/exec"
+	"slices"
 	"strings"
 
 	"github.com/crashloop-harness/crashloop/pkg/manifest"
@@ -14,7 +22,8 @@ import (
 
 // ExpanderName is the program that expands instancetypes and preferences
 // with KubeVirt's own code (kubevirtmode/cmd/virt-launcher-expand),
-// installed beside the converter stage by `make kubevirtmode`.
+// installed beside the converter stage and the controller by
+// `make kubevirtmode`.
 const ExpanderName = "virt-launcher-expand"
 
 // exitRefused is virt-launcher-expand's exit status when KubeVirt refuses
@@ -52,19 +61,27 @@ func (e Expander) Machine(ctx context.Context, data []byte, input string) ([]byt
 	if err != nil {
 		return nil, err
 	}
-	refs := manifest.Refs(l.Machine)
+	return e.Expand(ctx, l.Machine, l.Objects, input)
+}
+
+// Expand returns machine (one VM or VMI document as JSON) with the
+// instancetype and preference a VM names applied, the objects taken from
+// objs (those of the machine's file) or else from the folder; machine as
+// it is when it names none. input names the file in messages. Errors are
+// those of Machine.
+func (e Expander) Expand(ctx context.Context, machine []byte, objs []manifest.Object, input string) ([]byte, error) {
+	refs := manifest.Refs(machine)
 	if len(refs) == 0 {
-		return l.Machine, nil
+		return machine, nil
 	}
-	objs := l.Objects
 	if e.Dir != "" {
 		more, err := manifest.ReadObjectDir(e.Dir)
 		if err != nil {
 			return nil, &UsageError{fmt.Errorf("--instancetypes %s: %w", e.Dir, err)}
 		}
-		objs = append(objs, more...)
+		objs = append(slices.Clip(objs), more...)
 	}
-	stdin := bytes.NewBuffer(append(bytes.Clone(l.Machine), '\n'))
+	stdin := bytes.NewBuffer(append(bytes.Clone(machine), '\n'))
 	for _, r := range refs {
 		if r.Name == "" {
 			return nil, &manifest.InvalidError{Input: input, Field: r.Field + ".name", Msg: "must be set: inferring the object from a volume (inferFromVolume) needs the volume's labels, which only a cluster's PVCs and DataVolumes carry"}
@@ -78,7 +95,7 @@ func (e Expander) Machine(ctx context.Context, data []byte, input string) ([]byt
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, e.Exe)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, &stdout, &stderr
-	err = cmd.Run()
+	err := cmd.Run()
 	var exit *exec.ExitError
 	switch {
 	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, exec.ErrNotFound):
