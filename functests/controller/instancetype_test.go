@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/gomega"
 	v1 "kubevirt.io/api/core/v1"
 
+	"github.com/crashloop-harness/crashloop/functests/testguest"
 	"github.com/crashloop-harness/crashloop/pkg/watchdog"
 )
 
@@ -21,7 +22,7 @@ var _ = Describe("virt-controller run with a VM naming an instancetype and a pre
 		_, err := os.Stat(expander)
 		Expect(err).NotTo(HaveOccurred(), "the controller finds virt-launcher-expand next to itself: build it with `make kubevirtmode` (or set CRASHLOOP_BIN_DIR)")
 		w := newWorkspace()
-		example := filepath.Join(suite.repo, "examples", "vm-instancetype.yaml")
+		example := filepath.Join(suite.repo, testguest.InstancetypeExample)
 		p := w.startController([]string{"--time-scale", scale, "--qemu-timeout", bootTimeout}, example)
 		const name = "testvm-instancetype"
 		Eventually(func() v1.VirtualMachinePrintableStatus { return w.status(name).Status.PrintableStatus },
@@ -32,11 +33,9 @@ var _ = Describe("virt-controller run with a VM naming an instancetype and a pre
 		cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pids[0]) + "/cmdline")
 		Expect(err).NotTo(HaveOccurred())
 		qemu := strings.ReplaceAll(string(cmdline), "\x00", " ")
-		// 2 vCPUs as 2 cores (the preference's topology, KubeVirt's
-		// hot-plug room of 4 sockets), 384Mi, the disk on virtio.
-		Expect(qemu).To(MatchRegexp(`-smp 2,maxcpus=8,sockets=4,(dies=1,)?cores=2,threads=1 `))
-		Expect(qemu).To(MatchRegexp(`-m (size=393216k|384)[, ]`))
-		Expect(qemu).To(ContainSubstring("virtio-blk-pci"))
+		for _, want := range testguest.InstancetypeQEMU() {
+			Expect(qemu).To(MatchRegexp(want.String()), "QEMU's command line")
+		}
 
 		rec := w.record(name)
 		Expect(rec.VM.Spec.Instancetype).NotTo(BeNil(), "the VM is shown as written, as KubeVirt's VM object")

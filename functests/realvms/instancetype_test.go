@@ -3,7 +3,6 @@ package realvms_test
 import (
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
 
@@ -11,23 +10,13 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/crashloop-harness/crashloop/functests/built"
+	"github.com/crashloop-harness/crashloop/functests/testguest"
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 )
 
-// The instancetype's and preference's share of examples/vm-instancetype.yaml,
-// as QEMU's command line shows it: 2 vCPUs as 2 cores of one socket (the
-// preference's preferredCPUTopology, with KubeVirt's hot-plug room of 4
-// sockets), 384Mi, and the disk on virtio (the preference's
-// preferredDiskBus).
-var instancetypeQEMU = []*regexp.Regexp{
-	regexp.MustCompile(`-smp 2,maxcpus=8,sockets=4,(dies=1,)?cores=2,threads=1 `),
-	regexp.MustCompile(`-m (size=393216k|384)[, ]`),
-	regexp.MustCompile(`virtio-blk-pci`),
-}
-
 var _ = Describe("a VirtualMachine naming an instancetype and a preference", func() {
 	It("boots the test guest with the instancetype's CPUs and memory, from one file and from a VM file with --instancetypes", func() {
-		data, err := os.ReadFile(filepath.Join(built.Root(), "examples", "vm-instancetype.yaml"))
+		data, err := os.ReadFile(filepath.Join(built.Root(), testguest.InstancetypeExample))
 		Expect(err).NotTo(HaveOccurred())
 		docs := strings.Split(string(data), "\n---\n")
 		Expect(docs).To(HaveLen(3), "the example holds the VM, its instancetype and its preference")
@@ -44,7 +33,7 @@ var _ = Describe("a VirtualMachine naming an instancetype and a preference", fun
 		for _, l := range []*Launch{one, dir} {
 			l.WaitFor(launcherapi.EventRunning, 2*time.Minute)
 			cmdline := qemuCmdline(l.Domain)
-			for _, want := range instancetypeQEMU {
+			for _, want := range testguest.InstancetypeQEMU() {
 				Expect(cmdline).To(MatchRegexp(want.String()), "QEMU of %s", l.Domain)
 			}
 			l.WaitFor(launcherapi.EventGuestReady, 3*time.Minute)
@@ -59,7 +48,7 @@ var _ = Describe("a VirtualMachine naming an instancetype and a preference", fun
 	})
 
 	It("is refused with the missing object's kind and name, nothing started", func() {
-		data, err := os.ReadFile(filepath.Join(built.Root(), "examples", "vm-instancetype.yaml"))
+		data, err := os.ReadFile(filepath.Join(built.Root(), testguest.InstancetypeExample))
 		Expect(err).NotTo(HaveOccurred())
 		vmOnly := strings.Split(string(data), "\n---\n")[0]
 		l := Start(vmOnly, "default", "testvm-instancetype")
