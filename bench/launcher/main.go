@@ -161,12 +161,13 @@ func (b *bench) args(cacheDir string, more func(*launcherapi.Args)) []string {
 
 // results are every row's measurements.
 type results struct {
-	floor, cpuRead, cold, coldPID1, warm, ready, killToFailed, raw, virsh sample
-	warmScheduled, warmConnect, warmStart, virshConnect, boot             sample
-	crash, crashCPU, failFast, failFastCPU, exitAnchor, exitAnchorCPU     sample
-	cpuGets                                                               int
-	rss                                                                   []int
-	start                                                                 []*startRows
+	floor, cpuRead, cold, coldPID1, ready, killToFailed, raw, virsh   sample
+	virshConnect, boot                                                sample
+	warm                                                              shares
+	crash, crashCPU, failFast, failFastCPU, exitAnchor, exitAnchorCPU sample
+	cpuGets                                                           int
+	rss                                                               []int
+	start                                                             []*startRows
 }
 
 func run(c config) (*table, error) {
@@ -319,10 +320,9 @@ func (b *bench) measureWarm(r *results) error {
 		if err != nil {
 			return fmt.Errorf("warm launch: %w", err)
 		}
-		r.warm, r.ready, r.killToFailed = append(r.warm, res.running), append(r.ready, res.ready), append(r.killToFailed, res.killToFailed)
+		r.warm.add(res)
+		r.ready, r.killToFailed = append(r.ready, res.ready), append(r.killToFailed, res.killToFailed)
 		r.rss = append(r.rss, res.rssKiB)
-		r.warmScheduled, r.warmStart = append(r.warmScheduled, res.scheduled), append(r.warmStart, res.startCall)
-		r.warmConnect = append(r.warmConnect, res.running-res.scheduled-res.startCall)
 		r.boot = append(r.boot, res.ready-res.running)
 		if i%2 == 0 {
 			if err := b.virshOnce(r, virsh, host); err != nil {
@@ -402,14 +402,11 @@ func (r *results) table(smoke bool) *table {
 	}
 	t.add("virsh create, warm libvirtd, same XML", "anchor", r.virsh)
 	t.add(fmt.Sprintf("raw QEMU: libvirt 9.0's guest-CPU read (qom-list + %d qom-get), serial", r.cpuGets), "anchor", r.cpuRead)
-	t.add("warm: launcher exec -> Running", "", r.warm)
-	t.add("  warm: exec -> Scheduled (front, converter, runner's start)", "share", r.warmScheduled)
-	t.add("  warm: Scheduled -> domain start call (embedded driver, define)", "share", r.warmConnect)
-	t.add("  warm: domain start call -> Running (libvirt's start, QEMU)", "share", r.warmStart)
+	r.warm.rows(t, "warm: launcher exec -> Running", "  warm: ")
 	t.add("  virsh version: exec -> connected -> exit (virsh's own share of create)", "share", r.virshConnect)
-	t.pairedRatio("  warm Running / virsh create", "<= 1.0x", r.warm, r.virsh)
-	t.ratio("  warm Running / QEMU floor", "<= 5x (moonshot)", r.warm, r.floor)
-	t.ratio("  guest-CPU read / warm Running", "share", r.cpuRead, r.warm)
+	t.pairedRatio("  warm Running / virsh create", "<= 1.0x", r.warm.running, r.virsh)
+	t.ratio("  warm Running / QEMU floor", "<= 5x (moonshot)", r.warm.running, r.floor)
+	t.ratio("  guest-CPU read / warm Running", "share", r.cpuRead, r.warm.running)
 	t.ratio("  guest-CPU read / virsh create", "share", r.cpuRead, r.virsh)
 	t.add("cold (fresh --cache-dir): exec -> Running", "<= 5s", r.cold)
 	t.add("cold as PID 1 (unshare --pid --fork): exec -> Running", "<= 5s", r.coldPID1)

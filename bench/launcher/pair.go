@@ -1,16 +1,12 @@
 package main
 
 import (
-	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 )
 
 // libvirtPair is one libvirt and QEMU pair the start rows measure with the
@@ -32,7 +28,7 @@ type libvirtPair struct {
 
 // command runs argv with this pair.
 func (p *libvirtPair) command(argv ...string) *exec.Cmd {
-	full := append(slices.Clone(p.enter), argv...)
+	full := append(append([]string{}, p.enter...), argv...)
 	return exec.Command(full[0], full[1:]...)
 }
 
@@ -104,60 +100,4 @@ func (b *bench) rootPair(root string) (*libvirtPair, error) {
 		return nil, err
 	}
 	return p, nil
-}
-
-// waitChrooted waits until the holder pid runs sleep inside root (its
-// mounts are made then).
-func waitChrooted(pid int, root string, stderr *strings.Builder) error {
-	want, err := filepath.Abs(root)
-	if err == nil {
-		want, err = filepath.EvalSymlinks(want)
-	}
-	if err != nil {
-		return err
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		got, _ := os.Readlink(fmt.Sprintf("/proc/%d/root", pid))
-		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-		if got == want && strings.TrimSpace(string(comm)) == "sleep" {
-			return nil
-		}
-		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return fmt.Errorf("entering %s: the holder did not reach sleep within 10s: %s", root, stderr.String())
-}
-
-// startDaemons starts virtlogd and libvirtd with the pair (its root's
-// qemu.conf runs QEMU as root, like the launcher's own configuration) and
-// waits until virsh reaches libvirtd; stop ends them by PID.
-func startDaemons(p *libvirtPair) (func(), error) {
-	var started []*exec.Cmd
-	stop := func() {
-		for i := len(started) - 1; i >= 0; i-- {
-			_ = started[i].Process.Signal(syscall.SIGTERM)
-			_ = started[i].Wait()
-		}
-	}
-	for _, d := range []string{"virtlogd", "libvirtd"} {
-		c := p.command(d) // nsenter execs it: the PID is the daemon's
-		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := c.Start(); err != nil {
-			stop()
-			return nil, fmt.Errorf("starting %s (%s): %w", d, p.name, err)
-		}
-		started = append(started, c)
-	}
-	var err error
-	for range 100 {
-		if err = p.command("virsh", "-c", "qemu:///system", "version").Run(); err == nil {
-			return stop, nil
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	stop()
-	return nil, errors.Join(fmt.Errorf("libvirtd (%s) did not answer within 10s", p.name), err)
 }

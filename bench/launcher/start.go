@@ -2,17 +2,37 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 )
+
+// shares are warm starts to Running, split at the Scheduled event and at
+// the domain start call.
+type shares struct{ running, scheduled, connect, startCall sample }
+
+func (s *shares) add(res launchResult) {
+	s.running, s.scheduled, s.startCall = append(s.running, res.running), append(s.scheduled, res.scheduled), append(s.startCall, res.startCall)
+	s.connect = append(s.connect, res.running-res.scheduled-res.startCall)
+}
+
+// rows adds the whole start as name and its shares below it.
+func (s *shares) rows(t *table, name, prefix string) {
+	t.add(name, "", s.running)
+	t.add(prefix+"exec -> Scheduled (front, converter, runner's start)", "share", s.scheduled)
+	t.add(prefix+"Scheduled -> domain start call (embedded driver, define)", "share", s.connect)
+	t.add(prefix+"domain start call -> Running (libvirt's start, QEMU)", "share", s.startCall)
+}
 
 // startRows are one pair's warm starts to Running, each next to a `virsh
 // create` of the same domain, and their shares.
 type startRows struct {
-	pair                                   *libvirtPair
-	create                                 func() (time.Duration, error)
-	running, scheduled, connect, startCall sample
-	virsh, virshVersion, enter             sample
+	shares
+	pair                       *libvirtPair
+	create                     func() (time.Duration, error)
+	virsh, virshVersion, enter sample
 }
 
 // measureStart times warm launches to Running (QEMU killed right after,
@@ -72,8 +92,7 @@ func (s *startRows) round(b *bench, virshFirst bool) error {
 		if err != nil {
 			return fmt.Errorf("warm launch (%s): %w", s.pair.name, err)
 		}
-		s.running, s.scheduled, s.startCall = append(s.running, res.running), append(s.scheduled, res.scheduled), append(s.startCall, res.startCall)
-		s.connect = append(s.connect, res.running-res.scheduled-res.startCall)
+		s.add(res)
 		return nil
 	}
 	virsh := func() error {
@@ -109,11 +128,33 @@ func (s *startRows) round(b *bench, virshFirst bool) error {
 func (s *startRows) rows(t *table) {
 	p := s.pair
 	t.add(fmt.Sprintf("start on %s (%s): virsh create, warm libvirtd, same XML", p.name, p.versions), "anchor", s.virsh)
-	t.add(fmt.Sprintf("start on %s: launcher exec -> Running", p.name), "", s.running)
-	t.add("  exec -> Scheduled (front, converter, runner's start)", "share", s.scheduled)
-	t.add("  Scheduled -> domain start call (embedded driver, define)", "share", s.connect)
-	t.add("  domain start call -> Running (libvirt's start, QEMU)", "share", s.startCall)
+	s.shares.rows(t, fmt.Sprintf("start on %s: launcher exec -> Running", p.name), "  ")
 	t.add("  virsh version (virsh's own share of create)", "share", s.virshVersion)
 	t.add("  entering the root alone (nsenter ... true), in both sides above", "share", s.enter)
 	t.pairedRatio(fmt.Sprintf("  warm Running / virsh create on %s", p.name), "<= 1.0x", s.running, s.virsh)
+}
+
+// waitChrooted waits until the holder pid runs sleep inside root (its
+// mounts are made then).
+func waitChrooted(pid int, root string, stderr *strings.Builder) error {
+	want, err := filepath.Abs(root)
+	if err == nil {
+		want, err = filepath.EvalSymlinks(want)
+	}
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		got, _ := os.Readlink(fmt.Sprintf("/proc/%d/root", pid))
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if got == want && strings.TrimSpace(string(comm)) == "sleep" {
+			return nil
+		}
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("entering %s: the holder did not reach sleep within 10s: %s", root, stderr.String())
 }

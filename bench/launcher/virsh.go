@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"syscall"
 	"time"
 
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
@@ -90,4 +92,35 @@ func (b *bench) virshCreate(p *libvirtPair) (create func() (time.Duration, error
 		return nil, nil, err
 	}
 	return create, stop, nil
+}
+
+// startDaemons starts virtlogd and libvirtd with the pair (its root's
+// qemu.conf runs QEMU as root, like the launcher's own configuration) and
+// waits until virsh reaches libvirtd; stop ends them by PID.
+func startDaemons(p *libvirtPair) (func(), error) {
+	var started []*exec.Cmd
+	stop := func() {
+		for i := len(started) - 1; i >= 0; i-- {
+			_ = started[i].Process.Signal(syscall.SIGTERM)
+			_ = started[i].Wait()
+		}
+	}
+	for _, d := range []string{"virtlogd", "libvirtd"} {
+		c := p.command(d) // nsenter execs it: the PID is the daemon's
+		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := c.Start(); err != nil {
+			stop()
+			return nil, fmt.Errorf("starting %s (%s): %w", d, p.name, err)
+		}
+		started = append(started, c)
+	}
+	var err error
+	for range 100 {
+		if err = p.command("virsh", "-c", "qemu:///system", "version").Run(); err == nil {
+			return stop, nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stop()
+	return nil, errors.Join(fmt.Errorf("libvirtd (%s) did not answer within 10s", p.name), err)
 }
