@@ -8,6 +8,12 @@
 //     start (qom-list of the first vCPU, one qom-get per boolean property,
 //     then unavailable-features, one round trip each), the largest part of
 //     a warm start, shown as its share of the launcher's and virsh's;
+//   - the start rows: warm launches to Running, each beside a `virsh
+//     create` of the same domain, on the host's libvirt and QEMU and, with
+//     -backports-root, on those of a root made by
+//     images/backports-root/build.sh, the order alternating every round;
+//     their ratio is the median of the paired ratios with its 95%
+//     confidence interval;
 //   - warm launches: exec of virt-launcher to its Running and GuestReady
 //     events, with the capability cache warm, versus `virsh create` of the
 //     same domain XML against a warm libvirt daemon, and raw QEMU booting

@@ -13,6 +13,7 @@
 set -euo pipefail
 
 root=${1:?usage: build.sh ROOT}
+[ "$(realpath -m "$root")" != / ] || { echo "build.sh: refusing ROOT=/ (it is made afresh)" >&2; exit 2; }
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 here=$(cd "$(dirname "$0")" && pwd)
 inputs=$(sha256sum <"$here/build.sh" | cut -c1-64)
