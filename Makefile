@@ -37,6 +37,12 @@ STORM_MINUTES ?= 3
 STORM_FAIL_AFTER ?= 5s
 STORM_FAIL_SOON ?= 1m
 FUNCTEST_FLAGS ?=
+# make image LIBVIRT_PAIR=backports: the launcher image with bookworm-backports' libvirt 11.3 and QEMU 10.0,
+# tagged :backports (the default, debian, is Debian 12's libvirt 9.0 and QEMU 7.2, which the suites use)
+LIBVIRT_PAIR ?= debian
+# make bench BACKPORTS=1: the start rows also on the backports root's libvirt and QEMU (make backports-root)
+BACKPORTS ?=
+BACKPORTS_ROOT := $(BUILD)/backports-root
 # make clusterlite KUBEVIRT_VERSION=vX.Y.Z or KUBEVIRT_SRC=DIR builds another KubeVirt (tools/clusterlite/build.sh).
 KUBEVIRT_VERSION ?=
 KUBEVIRT_SRC ?=
@@ -46,7 +52,7 @@ VIRT_HANDLER ?=
 
 KVRENDER := $(BUILD)/kvrender/kvrender
 
-.PHONY: all deps image-deps image images guest-image cloud-image build kubevirtmode clusterlite kvrender cluster-up run run-launcher test unit functest fuzz lint bench bench-smoke herd storm clean
+.PHONY: all deps image-deps image backports-root images guest-image cloud-image build kubevirtmode clusterlite kvrender cluster-up run run-launcher test unit functest fuzz lint bench bench-smoke herd storm clean
 
 all: build
 
@@ -66,7 +72,13 @@ image-deps: deps
 ## image: the virt-launcher container image localhost/crashloop/virt-launcher:latest (buildah, Debian
 ## packages only, the binary from `make build`); reused when its inputs did not change
 image: image-deps build kubevirtmode
-	images/launcher/build.sh $(BIN) $(BUILD)
+	LIBVIRT_PAIR=$(LIBVIRT_PAIR) images/launcher/build.sh $(BIN) $(BUILD)
+
+## backports-root: Debian bookworm with bookworm-backports' libvirt 11.3 and QEMU 10.0 in _build/backports-root
+##   (debootstrap, about a minute), for the launcher's local path on that pair (images/backports-root/enter.sh)
+##   and `make bench BACKPORTS=1`; the host's own libvirt and QEMU are not touched. Not part of make test.
+backports-root: image-deps
+	images/backports-root/build.sh $(BACKPORTS_ROOT)
 
 ## images: both guests into _build/images (each reused when its recipe is unchanged)
 images: guest-image cloud-image
@@ -159,8 +171,9 @@ functest: build images clusterlite image
 		-ginkgo.junit-report=$(CURDIR)/$(BUILD)/junit/kubevirt-conformance.xml $(FUNCTEST_FLAGS)
 
 ## bench: one table of launch latencies (warm, cold, as PID 1, boot) against virsh and the QEMU floor, crash path, RSS
-bench: build images
-	$(GO) run ./bench/launcher
+##   (BACKPORTS=1: the start rows on Debian 12's libvirt/QEMU and on the backports root's, in turn)
+bench: build images $(if $(BACKPORTS),backports-root)
+	$(GO) run ./bench/launcher $(if $(BACKPORTS),-backports-root $(BACKPORTS_ROOT))
 
 ## herd: HERD_VMS fail-fast VMs under runStrategy Always on KubeVirt's virt-controller (cluster-lite) and on ours,
 ##   HERD_MINUTES real minutes each: retry lateness, spread, API requests, etcd growth, CPU -> _build/artifacts/herd/

@@ -8,6 +8,12 @@
 //     start (qom-list of the first vCPU, one qom-get per boolean property,
 //     then unavailable-features, one round trip each), the largest part of
 //     a warm start, shown as its share of the launcher's and virsh's;
+//   - the start rows: warm launches to Running, each beside a `virsh
+//     create` of the same domain, on the host's libvirt and QEMU and, with
+//     -backports-root, on those of a root made by
+//     images/backports-root/build.sh, the order alternating every round;
+//     their ratio is the median of the paired ratios with its 95%
+//     confidence interval;
 //   - warm launches: exec of virt-launcher to its Running and GuestReady
 //     events, with the capability cache warm, versus `virsh create` of the
 //     same domain XML against a warm libvirt daemon, and raw QEMU booting
@@ -35,7 +41,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -43,7 +48,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -84,12 +88,14 @@ type config struct {
 	qemuBin        string
 	smoke          bool
 	warmCPU        int
+	pairs          int
+	backportsRoot  string
 	only           map[string]bool
 }
 
 // stepNames are the groups of rows -only chooses from, in the order they
 // run.
-var stepNames = []string{"floor", "cpuread", "cold", "warm", "raw", "crash"}
+var stepNames = []string{"floor", "cpuread", "cold", "start", "warm", "raw", "crash"}
 
 func main() {
 	var c config
@@ -99,6 +105,8 @@ func main() {
 	flag.StringVar(&c.images, "image-dir", "_build/images", "image folder")
 	flag.StringVar(&c.qemuBin, "qemu", "qemu-system-x86_64", "QEMU binary for the floor and raw-boot rows")
 	flag.IntVar(&c.warmCPU, "warm-cpu", 0, "pin the launch that fills the warm capability cache and the warm launches to this CPU (taskset; -1: no pinning): libvirt 9.0 invalidates its cache when the host CPUID differs, and on PVM hosts it differs between CPUs")
+	flag.IntVar(&c.pairs, "pairs", 20, "warm launches to Running, each beside a virsh create, per libvirt pair (the start rows)")
+	flag.StringVar(&c.backportsRoot, "backports-root", "", "also measure the start rows with the libvirt and QEMU of this root (make backports-root: bookworm-backports' libvirt 11.3 and QEMU 10.0), in turn with the host's")
 	flag.BoolVar(&c.smoke, "smoke", false, "measure every row once (a check that the benchmark runs, not a measurement)")
 	only := flag.String("only", "", "measure only these comma-separated groups of rows: "+strings.Join(stepNames, ", ")+" (warm: warm launches and virsh create in turn; all when empty)")
 	flag.Parse()
@@ -108,10 +116,10 @@ func main() {
 		os.Exit(2)
 	}
 	if c.smoke {
-		c.runs, c.coldRuns = 1, 1
+		c.runs, c.coldRuns, c.pairs = 1, 1, 1
 	}
-	if c.runs < 1 || c.coldRuns < 1 {
-		fmt.Fprintln(os.Stderr, "bench: -runs and -cold-runs must be at least 1")
+	if c.runs < 1 || c.coldRuns < 1 || c.pairs < 1 {
+		fmt.Fprintln(os.Stderr, "bench: -runs, -cold-runs and -pairs must be at least 1")
 		os.Exit(2)
 	}
 	t, err := run(c)
@@ -159,11 +167,13 @@ func (b *bench) args(cacheDir string, more func(*launcherapi.Args)) []string {
 
 // results are every row's measurements.
 type results struct {
-	floor, cpuRead, cold, coldPID1, warm, ready, killToFailed, raw, virsh sample
-	warmScheduled, warmConnect, warmStart, virshConnect, boot             sample
-	crash, crashCPU, failFast, failFastCPU, exitAnchor, exitAnchorCPU     sample
-	cpuGets                                                               int
-	rss                                                                   []int
+	floor, cpuRead, cold, coldPID1, ready, killToFailed, raw, virsh   sample
+	virshConnect, boot                                                sample
+	warm                                                              shares
+	crash, crashCPU, failFast, failFastCPU, exitAnchor, exitAnchorCPU sample
+	cpuGets                                                           int
+	rss                                                               []int
+	start                                                             []*startRows
 }
 
 func run(c config) (*table, error) {
@@ -184,6 +194,7 @@ func run(c config) (*table, error) {
 		{"floor", "QEMU floor", b.measureFloor},
 		{"cpuread", "guest-CPU read on raw QEMU", b.measureCPURead},
 		{"cold", "cold launches", b.measureCold},
+		{"start", "warm starts and virsh create on each libvirt pair", b.measureStart},
 		{"warm", "warm launches and virsh create", b.measureWarm},
 		{"raw", "raw QEMU boot", b.measureRawBoot},
 		{"crash", "crash paths", b.measureCrashes},
@@ -201,6 +212,13 @@ func run(c config) (*table, error) {
 // newBench writes the benchmark's VMIs into dir and finds the test
 // guest's kernel and initrd.
 func newBench(c config, dir string) (*bench, error) {
+	for _, p := range []*string{&c.bin, &c.images} {
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			return nil, err
+		}
+		*p = abs
+	}
 	b := &bench{config: c, dir: dir, vmi: filepath.Join(dir, "vmi.yaml"), failFastVMI: filepath.Join(dir, "vmi-failfast.yaml")}
 	for path, annotations := range map[string]map[string]string{b.vmi: nil, b.failFastVMI: {faults.FailFastAnnotation: "true"}} {
 		text, err := vmiYAML(annotations)
@@ -288,31 +306,51 @@ func (b *bench) measureWarm(r *results) error {
 	if _, err := b.launch(b.pin(), b.args(b.warmCache(), nil), false); err != nil {
 		return fmt.Errorf("filling the warm cache: %w", err)
 	}
-	virsh, stop, err := b.virshCreate(b.warmCache())
+	host, err := b.hostPair()
+	if err != nil {
+		return err
+	}
+	virsh, stop, err := b.virshCreate(host)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	for range b.runs {
+	for i := range b.runs {
+		// virsh first every other round: the order weighs on neither side.
+		if i%2 == 1 {
+			if err := b.virshOnce(r, virsh, host); err != nil {
+				return err
+			}
+		}
 		res, err := b.launch(b.pin(), b.args(b.warmCache(), nil), true)
 		if err != nil {
 			return fmt.Errorf("warm launch: %w", err)
 		}
-		r.warm, r.ready, r.killToFailed = append(r.warm, res.running), append(r.ready, res.ready), append(r.killToFailed, res.killToFailed)
+		r.warm.add(res)
+		r.ready, r.killToFailed = append(r.ready, res.ready), append(r.killToFailed, res.killToFailed)
 		r.rss = append(r.rss, res.rssKiB)
-		r.warmScheduled, r.warmStart = append(r.warmScheduled, res.scheduled), append(r.warmStart, res.startCall)
-		r.warmConnect = append(r.warmConnect, res.running-res.scheduled-res.startCall)
 		r.boot = append(r.boot, res.ready-res.running)
-		d, err := virsh()
-		if err != nil {
-			return err
+		if i%2 == 0 {
+			if err := b.virshOnce(r, virsh, host); err != nil {
+				return err
+			}
 		}
-		r.virsh = append(r.virsh, d)
-		if d, err = virshConnect(); err != nil {
-			return err
-		}
-		r.virshConnect = append(r.virshConnect, d)
 	}
+	return nil
+}
+
+// virshOnce times one `virsh create` and one `virsh version` of the
+// warm rows.
+func (b *bench) virshOnce(r *results, create func() (time.Duration, error), host *libvirtPair) error {
+	d, err := create()
+	if err != nil {
+		return err
+	}
+	r.virsh = append(r.virsh, d)
+	if d, err = virshConnect(host); err != nil {
+		return err
+	}
+	r.virshConnect = append(r.virshConnect, d)
 	return nil
 }
 
@@ -365,16 +403,16 @@ func (b *bench) measureCrashes(r *results) error {
 func (r *results) table(smoke bool) *table {
 	t := &table{judge: !smoke}
 	t.add("QEMU floor: exec -> QMP handshake done (-S)", "anchor", r.floor)
+	for _, s := range r.start {
+		s.rows(t)
+	}
 	t.add("virsh create, warm libvirtd, same XML", "anchor", r.virsh)
 	t.add(fmt.Sprintf("raw QEMU: libvirt 9.0's guest-CPU read (qom-list + %d qom-get), serial", r.cpuGets), "anchor", r.cpuRead)
-	t.add("warm: launcher exec -> Running", "", r.warm)
-	t.add("  warm: exec -> Scheduled (front, converter, runner's start)", "share", r.warmScheduled)
-	t.add("  warm: Scheduled -> domain start call (embedded driver, define)", "share", r.warmConnect)
-	t.add("  warm: domain start call -> Running (libvirt's start, QEMU)", "share", r.warmStart)
+	r.warm.rows(t, "warm: launcher exec -> Running", "  warm: ")
 	t.add("  virsh version: exec -> connected -> exit (virsh's own share of create)", "share", r.virshConnect)
-	t.ratio("  warm Running / virsh create", "<= 1.0x", r.warm, r.virsh)
-	t.ratio("  warm Running / QEMU floor", "<= 5x (moonshot)", r.warm, r.floor)
-	t.ratio("  guest-CPU read / warm Running", "share", r.cpuRead, r.warm)
+	t.pairedRatio("  warm Running / virsh create", "<= 1.0x", r.warm.running, r.virsh)
+	t.ratio("  warm Running / QEMU floor", "<= 5x (moonshot)", r.warm.running, r.floor)
+	t.ratio("  guest-CPU read / warm Running", "share", r.cpuRead, r.warm.running)
 	t.ratio("  guest-CPU read / virsh create", "share", r.cpuRead, r.virsh)
 	t.add("cold (fresh --cache-dir): exec -> Running", "<= 5s", r.cold)
 	t.add("cold as PID 1 (unshare --pid --fork): exec -> Running", "<= 5s", r.coldPID1)
@@ -578,76 +616,4 @@ func buildExitAnchor(dir string) (string, error) {
 		return "", fmt.Errorf("building the static exit program: %v: %s", err, out)
 	}
 	return bin, nil
-}
-
-// virshConnect times `virsh version` against the daemon: virsh's start,
-// its connection and two calls, what `virsh create` pays besides the
-// daemon's domain start.
-func virshConnect() (time.Duration, error) {
-	start := time.Now()
-	if msg, err := exec.Command("virsh", "-c", "qemu:///system", "version").CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("virsh version: %v: %s", err, msg)
-	}
-	return time.Since(start), nil
-}
-
-// scratchDir finds the per-VMI scratch folder in a domain's socket paths.
-var scratchDir = regexp.MustCompile(`(?:socket|path)="(/[^"]*/scratch)/[^"/]+"`)
-
-// virshCreate renders the launcher's domain XML (--dry-run), makes sure a
-// libvirt daemon runs and warms it with a first `virsh create`; create
-// times one more `virsh create` of the same domain (and destroys it),
-// stop undoes the rest.
-func (b *bench) virshCreate(cache string) (create func() (time.Duration, error), stop func(), err error) {
-	dry := b.args(cache, func(a *launcherapi.Args) { a.DryRun, a.Accel = true, launcherapi.AccelTCG })
-	xmlOut, err := exec.Command(b.bin, dry...).Output()
-	if err != nil {
-		return nil, nil, fmt.Errorf("virt-launcher --dry-run: %w", err)
-	}
-	// A dry run prints the defaulted VMI (a YAML document) before the XML.
-	i := bytes.Index(xmlOut, []byte("<domain"))
-	if i < 0 {
-		return nil, nil, fmt.Errorf("virt-launcher --dry-run printed no <domain> element: %.200q", xmlOut)
-	}
-	xmlPath := filepath.Join(b.dir, "domain.xml")
-	if err := os.WriteFile(xmlPath, xmlOut[i:], 0o644); err != nil {
-		return nil, nil, err
-	}
-	// The dry run's per-VMI folder, where the domain's sockets (VNC, guest
-	// agent) go, is gone when it exits: make it again for the daemon.
-	var dirs []string
-	for _, m := range scratchDir.FindAllSubmatch(xmlOut[i:], -1) {
-		dirs = append(dirs, string(m[1]))
-	}
-	stopDaemon, err := ensureDaemon(b.dir)
-	if err != nil {
-		return nil, nil, err
-	}
-	stop = func() {
-		stopDaemon()
-		for _, dir := range dirs {
-			_ = os.RemoveAll(filepath.Dir(dir))
-		}
-	}
-	create = func() (time.Duration, error) {
-		for _, dir := range dirs {
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				return 0, err
-			}
-		}
-		start := time.Now()
-		if msg, err := exec.Command("virsh", "-c", "qemu:///system", "create", xmlPath).CombinedOutput(); err != nil {
-			return 0, fmt.Errorf("virsh create: %v: %s", err, msg)
-		}
-		d := time.Since(start)
-		if msg, err := exec.Command("virsh", "-c", "qemu:///system", "destroy", domainName).CombinedOutput(); err != nil {
-			return 0, fmt.Errorf("virsh destroy: %v: %s", err, msg)
-		}
-		return d, nil
-	}
-	if _, err := create(); err != nil {
-		stop()
-		return nil, nil, err
-	}
-	return create, stop, nil
 }

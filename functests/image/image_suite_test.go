@@ -27,8 +27,15 @@ func TestImage(t *testing.T) {
 	RunSpecs(t, "virt-launcher image functional suite", Label("image"))
 }
 
-// Image is the image under test.
-const Image = "localhost/crashloop/virt-launcher:latest"
+// Image is the image under test: $CRASHLOOP_LAUNCHER_IMAGE, else the
+// default image (Debian 12's libvirt and QEMU); `make image
+// LIBVIRT_PAIR=backports` builds localhost/crashloop/virt-launcher:backports.
+var Image = func() string {
+	if i := os.Getenv("CRASHLOOP_LAUNCHER_IMAGE"); i != "" {
+		return i
+	}
+	return "localhost/crashloop/virt-launcher:latest"
+}()
 
 // capsCache is a QEMU capability cache shared by the suite's containers
 // (mounted at the launcher's --cache-dir), so that only the first launch

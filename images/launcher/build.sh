@@ -17,12 +17,22 @@
 # its own under BUILD_DIR/containers, named by
 # BUILD_DIR/containers/storage.conf (export CONTAINERS_STORAGE_CONF=... to
 # use it).
+#
+# LIBVIRT_PAIR=backports builds the image with libvirt 11.3 and QEMU 10.0
+# from bookworm-backports instead of Debian 12's 9.0 and 7.2, tagged
+# localhost/crashloop/virt-launcher:backports unless IMAGE says otherwise
+# (the default image and the suites keep Debian 12's pair).
 set -euo pipefail
 
 bin_dir=${1:?usage: build.sh BIN_DIR BUILD_DIR}
 build_dir=${2:?usage: build.sh BIN_DIR BUILD_DIR}
 here=$(cd "$(dirname "$0")" && pwd)
-image=${IMAGE:-localhost/crashloop/virt-launcher:latest}
+pair=${LIBVIRT_PAIR:-debian}
+case "$pair" in
+debian) image=${IMAGE:-localhost/crashloop/virt-launcher:latest} ;;
+backports) image=${IMAGE:-localhost/crashloop/virt-launcher:backports} ;;
+*) echo "build.sh: LIBVIRT_PAIR=$pair: allowed are debian and backports" >&2; exit 2 ;;
+esac
 base=localhost/crashloop/debian-base:bookworm
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 label=dev.crashloop.inputs
@@ -76,7 +86,7 @@ if ! podman image exists "$base"; then
 fi
 
 inputs=$( { sha256sum <"$launcher"; sha256sum <"$convert_part"; sha256sum <"$libvirt_part"; for b in "${kubevirt_mode[@]}"; do sha256sum <"$bin_dir/$b"; done; sha256sum <"$here/Containerfile"; sha256sum <"$here/build.sh";
-	podman image inspect --format '{{.Id}}' "$base"; } | sha256sum | cut -c1-64)
+	podman image inspect --format '{{.Id}}' "$base"; echo "$pair"; } | sha256sum | cut -c1-64)
 current=$(podman image inspect --format "{{index .Labels \"$label\"}}" "$image" 2>/dev/null || true)
 if [ "$current" = "$inputs" ]; then
 	echo "$image is up to date ($label=${inputs:0:12})"
@@ -91,9 +101,9 @@ cp "$launcher" "$ctx/virt-launcher"
 cp "$convert_part" "$ctx/virt-launcher-convert"
 cp "$libvirt_part" "$ctx/virt-launcher-libvirt"
 for b in "${kubevirt_mode[@]}"; do cp "$bin_dir/$b" "$ctx/$b"; done
-echo "building $image ($label=${inputs:0:12})"
+echo "building $image (libvirt pair $pair, $label=${inputs:0:12})"
 start=$SECONDS
-buildah bud --quiet --isolation chroot --layers --label "$label=$inputs" \
+buildah bud --quiet --isolation chroot --layers --label "$label=$inputs" --build-arg "LIBVIRT_PAIR=$pair" \
 	-f "$ctx/Containerfile" -t "$image" "$ctx" >/dev/null
 # The image it replaces, untagged now (its package layer stays cached).
 if [ -n "$old" ] && [ "$old" != "$(podman image inspect --format '{{.Id}}' "$image")" ]; then
