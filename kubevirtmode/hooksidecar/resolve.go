@@ -77,6 +77,8 @@ type Spec struct {
 	Name  string
 	// Image is as the annotation names it ("" for the shim's default).
 	Image string
+	// Exe is the image's entrypoint, the built sidecar-shim.
+	Exe string
 	// Args are the container's arguments (the annotation's args).
 	Args []string
 	// Bins are the programs on its $PATH: name → file (built programs and
@@ -112,7 +114,7 @@ func Resolve(vmi *v1.VirtualMachineInstance, binDir string, cms ConfigMaps) ([]S
 }
 
 func resolveOne(i int, sc hooks.HookSidecar, binDir string, cms ConfigMaps) (Spec, error) {
-	s := Spec{Index: i, Name: fmt.Sprintf("hook-sidecar-%d", i), Image: sc.Image, Args: sc.Args, Bins: map[string]string{}, Scripts: map[string]string{}}
+	s := Spec{Index: i, Name: fmt.Sprintf("hook-sidecar-%d", i), Image: sc.Image, Exe: path.Join(binDir, ShimExe), Args: sc.Args, Bins: map[string]string{}, Scripts: map[string]string{}}
 	switch {
 	case len(sc.Command) != 0:
 		return s, fmt.Errorf("field command: not run here: the image's own entrypoint (sidecar-shim) runs, remove command")

@@ -123,8 +123,9 @@ type proc struct {
 
 // Start starts the sidecars, each in a mount namespace of its own whose
 // /var/run/kubevirt-hooks is socketsDir/NAME, with its programs and
-// ConfigMap scripts (written under workDir/NAME) first on $PATH. self is
-// the running program, which Init turns into the sidecar.
+// ConfigMap scripts (written under workDir/NAME) first on $PATH: the
+// running program, re-executed, binds that folder and execs the
+// sidecar's entrypoint (Init).
 func Start(specs []Spec, socketsDir, workDir string) (*Running, error) {
 	self, err := os.Executable()
 	if err != nil {
@@ -169,12 +170,11 @@ func start(self string, s Spec, socketsDir, workDir string) (*proc, error) {
 			return nil, err
 		}
 	}
-	shim := filepath.Join(filepath.Dir(self), ShimExe)
-	if _, err := os.Stat(shim); err != nil {
-		return nil, fmt.Errorf("%w (build it with `make kubevirtmode`)", err)
+	if _, err := os.Stat(s.Exe); err != nil {
+		return nil, fmt.Errorf("its entrypoint: %w (build it with `make kubevirtmode`)", err)
 	}
 	p := &proc{spec: s, out: &tailBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(self, append([]string{execFlag, sock, bin, shim}, s.Args...)...)
+	p.cmd = exec.Command(self, append([]string{execFlag, sock, bin, s.Exe}, s.Args...)...)
 	p.cmd.Dir = filepath.Join(workDir, s.Name)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL, Setpgid: true}
