@@ -136,13 +136,13 @@ func Start(specs []Spec, socketsDir, workDir string) (*Running, error) {
 		p, err := start(self, s, socketsDir, workDir)
 		if err != nil {
 			r.Stop()
-			return nil, fmt.Errorf("%s (image %q): %w", s.Name, s.Image, err)
+			return nil, fmt.Errorf("annotation %s: sidecar %d (%s, image %q): %w", Annotation, s.Index, s.Name, s.Image, err)
 		}
 		r.procs = append(r.procs, p)
 		go func() {
 			err := p.cmd.Wait()
 			close(p.done)
-			r.Exited <- fmt.Errorf("hook sidecar %d (%s, image %q) exited before the domain was rewritten: %v: %s", s.Index, s.Name, s.Image, err, p.out.tail())
+			r.Exited <- fmt.Errorf("annotation %s: sidecar %d (%s, image %q) exited before the domain was rewritten: %v: %s", Annotation, s.Index, s.Name, s.Image, err, p.out.tail())
 		}()
 	}
 	return r, nil

@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	v1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/yaml"
@@ -144,7 +145,10 @@ func (p *Prepared) hooks(ctx context.Context, vmi *v1.VirtualMachineInstance, ob
 		err = r.Check(ctx, vmi, objs, p.Plan.Input)
 		p.log.Info("dry run: the hook sidecars were checked, not run: the domain is the one before their hooks")
 	} else if err = os.MkdirAll(r.WorkDir, 0o755); err == nil {
-		p.Plan.DomainXML, err = r.Apply(ctx, vmi, p.Plan.DomainXML, objs, p.Plan.Input)
+		start := time.Now()
+		if p.Plan.DomainXML, err = r.Apply(ctx, vmi, p.Plan.DomainXML, objs, p.Plan.Input); err == nil {
+			p.log.Info("the hook sidecars rewrote the domain", "took", time.Since(start).Round(time.Millisecond), "kubevirtModeSidecars", a.HookSidecars)
+		}
 	}
 	var invalid *manifest.InvalidError
 	switch {
