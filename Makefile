@@ -133,7 +133,8 @@ unit: deps clusterlite kvrender kubevirtmode
 	CLUSTERLITE_BIN_DIR=$(CURDIR)/$(CLUSTERLITE_BIN) KVRENDER=$(CURDIR)/$(KVRENDER) \
 		VIRT_LAUNCHER_EXPAND=$(CURDIR)/$(BIN)/virt-launcher-expand VIRT_LAUNCHER_HOOKS=$(CURDIR)/$(BIN)/virt-launcher-hooks \
 		$(GO) test -count=1 ./pkg/... ./cmd/... ./internal/...
-	cd kubevirtmode && $(GO) test -count=1 ./monitor/... ./vmexpand/... ./handlerside/... ./hooksidecar/... ./cmd/...
+	cd kubevirtmode && VIRT_LAUNCHER_HOOKS=$(CURDIR)/$(BIN)/virt-launcher-hooks \
+		$(GO) test -count=1 ./monitor/... ./vmexpand/... ./handlerside/... ./hooksidecar/... ./cmd/...
 
 fuzz: deps
 	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZ_FAULTS_EXECS) ./pkg/faults

@@ -7,27 +7,45 @@ import (
 
 	v1 "kubevirt.io/api/core/v1"
 
+	cloudinit "kubevirt.io/kubevirt/pkg/cloud-init"
+	"kubevirt.io/kubevirt/pkg/config"
 	"kubevirt.io/kubevirt/pkg/hooks"
 	"kubevirt.io/kubevirt/pkg/virt-launcher/virtwrap/api"
 )
 
+// Wait is how OnDefineDomain waits for the sidecars.
+type Wait struct {
+	// N sidecar sockets, within Timeout (virt-launcher's --qemu-timeout).
+	N       uint
+	Timeout time.Duration
+	// Exited (may be nil) ends the wait early when a sidecar dies first.
+	Exited <-chan error
+	// CloudInitWritten says the cloud-init disk exists already (the
+	// launcher's converter wrote it), so a PreCloudInitIso hook that
+	// changes its data is refused; without it (kvrender) the hooks'
+	// answer is taken as virt-launcher takes it, and it is not in a domain.
+	CloudInitWritten bool
+}
+
 // OnDefineDomain is virt-launcher's hook sequence with KubeVirt's own
-// manager: it waits for n sidecar sockets in /var/run/kubevirt-hooks
-// (Collect, with KubeVirt's timeout), then passes the domain and the VMI
-// to every OnDefineDomain hook in KubeVirt's order and returns the XML the
-// last one returned, what virt-launcher defines; then the Shutdown hook
-// point (v1alpha3 sidecars). exited (may be nil) ends the wait early when
-// a sidecar dies first.
-func OnDefineDomain(n uint, timeout time.Duration, exited <-chan error, domain *api.DomainSpec, vmi *v1.VirtualMachineInstance) (string, error) {
+// manager: it waits for the sidecar sockets in /var/run/kubevirt-hooks
+// (Collect), calls the PreCloudInitIso hooks (preCloudInitIso), then passes
+// the domain and the VMI to every OnDefineDomain hook in KubeVirt's order
+// and returns the XML the last one returned, what virt-launcher defines;
+// then the Shutdown hook point (v1alpha3 sidecars).
+func OnDefineDomain(w Wait, domain *api.DomainSpec, vmi *v1.VirtualMachineInstance) (string, error) {
 	m := hooks.GetManager()
 	collected := make(chan error, 1)
-	go func() { collected <- m.Collect(n, timeout) }()
+	go func() { collected <- m.Collect(w.N, w.Timeout) }()
 	select {
 	case err := <-collected:
 		if err != nil {
-			return "", fmt.Errorf("waiting for %d hook sidecar sockets in %s: %w", n, hooks.HookSocketsSharedDirectory, err)
+			return "", fmt.Errorf("waiting for %d hook sidecar sockets in %s: %w", w.N, hooks.HookSocketsSharedDirectory, err)
 		}
-	case err := <-exited:
+	case err := <-w.Exited:
+		return "", err
+	}
+	if err := preCloudInitIso(m, vmi, w.CloudInitWritten); err != nil {
 		return "", err
 	}
 	out, err := m.OnDefineDomain(domain, vmi)
@@ -44,4 +62,24 @@ func OnDefineDomain(n uint, timeout time.Duration, exited <-chan error, domain *
 		return "", fmt.Errorf("hook sidecar Shutdown: %w", err)
 	}
 	return out, nil
+}
+
+// preCloudInitIso calls the PreCloudInitIso hooks as virt-launcher's
+// preStartHook does, with the VMI's cloud-init data as KubeVirt reads it.
+// When the cloud-init disk was written already (written), a hook that
+// changes the user or network data is refused by name rather than dropped.
+func preCloudInitIso(m hooks.Manager, vmi *v1.VirtualMachineInstance, written bool) error {
+	data, err := cloudinit.ReadCloudInitVolumeDataSource(vmi, config.SecretSourceDir)
+	if err != nil || data == nil {
+		return err
+	}
+	user, network := data.UserData, data.NetworkData
+	out, err := m.PreCloudInitIso(vmi, data)
+	if err != nil {
+		return fmt.Errorf("hook sidecar PreCloudInitIso: %w", err)
+	}
+	if written && (out == nil || out.UserData != user || out.NetworkData != network) {
+		return fmt.Errorf("annotation %s: a PreCloudInitIso hook changed the cloud-init data of volume %q, which the launcher writes before the hooks run and does not rewrite: use an OnDefineDomain hook, or write the change into the volume", Annotation, data.VolumeName)
+	}
+	return nil
 }

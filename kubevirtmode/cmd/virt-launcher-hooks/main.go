@@ -153,7 +153,7 @@ func run(o options, req *request) (string, error) {
 	if o.start {
 		out, err = startAndApply(o, specs, domain, req.VMI)
 	} else {
-		out, err = hooksidecar.OnDefineDomain(o.sidecars, o.timeout, nil, domain, req.VMI)
+		out, err = hooksidecar.OnDefineDomain(hooksidecar.Wait{N: o.sidecars, Timeout: o.timeout, CloudInitWritten: true}, domain, req.VMI)
 	}
 	if err != nil {
 		return "", err
@@ -175,7 +175,7 @@ func startAndApply(o options, specs []hooksidecar.Spec, domain *api.DomainSpec, 
 		return "", err
 	}
 	defer sc.Stop()
-	return hooksidecar.OnDefineDomain(uint(len(specs)), o.timeout, sc.Exited, domain, vmi)
+	return hooksidecar.OnDefineDomain(hooksidecar.Wait{N: uint(len(specs)), Timeout: o.timeout, Exited: sc.Exited, CloudInitWritten: true}, domain, vmi)
 }
 
 // launcherOwn is what the launcher's domain holds that KubeVirt's domain
