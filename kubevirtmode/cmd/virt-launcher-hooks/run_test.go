@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -77,5 +78,49 @@ func TestDirectModeNamesASidecarThatFails(t *testing.T) {
 	_, stderr, code := runHooks(t, "/usr/bin/onDefineDomain", "#!/bin/sh\necho broken >&2\nexit 3\n")
 	if code != exitRefused || !strings.Contains(stderr, "hook sidecar OnDefineDomain") {
 		t.Fatalf("exit %d: %s", code, stderr)
+	}
+}
+
+// TestKubeVirtModeWaitsForThePodsSidecars: as in a launcher pod, the
+// sidecar serves in its own /var/run/kubevirt-hooks (the emptyDir's
+// sub-folder hook-sidecar-0) and virt-launcher-hooks --sidecars 1 sees the
+// whole emptyDir there; here both are mount namespaces made by unshare(1).
+func TestKubeVirtModeWaitsForThePodsSidecars(t *testing.T) {
+	exe := os.Getenv("VIRT_LAUNCHER_HOOKS")
+	if exe == "" {
+		t.Skip("VIRT_LAUNCHER_HOOKS is not set: `make unit` builds virt-launcher-hooks and sets it")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("mount namespaces need root")
+	}
+	bin := filepath.Dir(exe)
+	work := t.TempDir()
+	vmi := `{"metadata": {"name": "v", "namespace": "default", "annotations": {"smbios.vm.kubevirt.io/baseBoardManufacturer": "pod"}}, "spec": {"domain": {"devices": {}}}}`
+	req := `{"vmi": ` + vmi + `, "domain": "<domain type=\"qemu\"><name>default_v</name></domain>"}`
+	if err := os.WriteFile(filepath.Join(work, "req.json"), []byte(req), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := `set -e
+mount -t tmpfs tmpfs /run
+mkdir -p /run/kubevirt-hooks/hook-sidecar-0 "$W/bin"
+ln -s "$B/smbios-onDefineDomain" "$W/bin/onDefineDomain"
+unshare -m sh -c 'mount --bind /run/kubevirt-hooks/hook-sidecar-0 /run/kubevirt-hooks && PATH="$W/bin:$PATH" exec "$B/sidecar-shim" --version v1alpha3' &
+shim=$!
+"$B/virt-launcher-hooks" --sidecars 1 --timeout 30s < "$W/req.json" || { kill $shim; exit 1; }
+# v1alpha3: the Shutdown hook ends the sidecar; wait for that, 5 s at most.
+for i in $(seq 50); do kill -0 $shim 2>/dev/null || exit 0; sleep 0.1; done
+kill $shim
+echo "the sidecar still runs 5 s after the Shutdown hook" >&2
+exit 1
+`
+	cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script)
+	cmd.Env = append(os.Environ(), "W="+work, "B="+bin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v: %s", err, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), `<baseBoard><entry name="manufacturer">pod</entry></baseBoard>`) {
+		t.Fatalf("out %s\nstderr %s", stdout.String(), stderr.String())
 	}
 }
