@@ -20,6 +20,10 @@ type Wait struct {
 	Timeout time.Duration
 	// Exited (may be nil) ends the wait early when a sidecar dies first.
 	Exited <-chan error
+	// Shutdown calls the Shutdown hook point after the define, for
+	// sidecars that end with the launch (direct mode, kvrender); a pod's
+	// sidecars get it when the launch ends (ShutdownPod).
+	Shutdown bool
 	// CloudInitWritten says the cloud-init disk exists already (the
 	// launcher's converter wrote it), so a PreCloudInitIso hook that
 	// changes its data is refused; without it (kvrender) the hooks'
@@ -32,7 +36,7 @@ type Wait struct {
 // (Collect), calls the PreCloudInitIso hooks (preCloudInitIso), then passes
 // the domain and the VMI to every OnDefineDomain hook in KubeVirt's order
 // and returns the XML the last one returned, what virt-launcher defines;
-// then the Shutdown hook point (v1alpha3 sidecars).
+// then, with w.Shutdown, the Shutdown hook point (v1alpha3 sidecars).
 func OnDefineDomain(w Wait, domain *api.DomainSpec, vmi *v1.VirtualMachineInstance) (string, error) {
 	m := hooks.GetManager()
 	collected := make(chan error, 1)
@@ -58,10 +62,24 @@ func OnDefineDomain(w Wait, domain *api.DomainSpec, vmi *v1.VirtualMachineInstan
 	if err := xml.Unmarshal([]byte(out), &api.DomainSpec{}); err != nil {
 		return "", fmt.Errorf("hook sidecar OnDefineDomain returned XML KubeVirt cannot read: %w", err)
 	}
-	if err := m.Shutdown(); err != nil {
-		return "", fmt.Errorf("hook sidecar Shutdown: %w", err)
+	if w.Shutdown {
+		if err := m.Shutdown(); err != nil {
+			return "", fmt.Errorf("hook sidecar Shutdown: %w", err)
+		}
 	}
 	return out, nil
+}
+
+// ShutdownPod is what virt-launcher does once the domain is gone: the
+// Shutdown hook point of the pod's n sidecars (v1alpha3), so that they
+// exit and the pod can end. The sockets are collected again, as this is
+// another process than the one that defined the domain.
+func ShutdownPod(n uint, timeout time.Duration) error {
+	m := hooks.GetManager()
+	if err := m.Collect(n, timeout); err != nil {
+		return fmt.Errorf("collecting the %d hook sidecars for their Shutdown hook: %w", n, err)
+	}
+	return m.Shutdown()
 }
 
 // preCloudInitIso calls the PreCloudInitIso hooks as virt-launcher's

@@ -152,7 +152,7 @@ func (h *hookEnv) withHooks(vmi *v1.VirtualMachineInstance, spec *api.DomainSpec
 		return "", err
 	}
 	defer running.Stop()
-	return hooksidecar.OnDefineDomain(hooksidecar.Wait{N: uint(len(specs)), Timeout: hookTimeout, Exited: running.Exited}, spec, vmi)
+	return hooksidecar.OnDefineDomain(hooksidecar.Wait{N: uint(len(specs)), Timeout: hookTimeout, Exited: running.Exited, Shutdown: true}, spec, vmi)
 }
 
 // hookTimeout stands in for virt-launcher's --qemu-timeout, which bounds

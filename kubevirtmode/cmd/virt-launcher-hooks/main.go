@@ -175,7 +175,7 @@ func startAndApply(o options, specs []hooksidecar.Spec, domain *api.DomainSpec, 
 		return "", err
 	}
 	defer sc.Stop()
-	return hooksidecar.OnDefineDomain(hooksidecar.Wait{N: uint(len(specs)), Timeout: o.timeout, Exited: sc.Exited, CloudInitWritten: true}, domain, vmi)
+	return hooksidecar.OnDefineDomain(hooksidecar.Wait{N: uint(len(specs)), Timeout: o.timeout, Exited: sc.Exited, Shutdown: true, CloudInitWritten: true}, domain, vmi)
 }
 
 // launcherOwn is what the launcher's domain holds that KubeVirt's domain
