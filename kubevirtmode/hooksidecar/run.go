@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -182,6 +183,44 @@ func start(self string, s Spec, socketsDir, workDir string) (*proc, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// Ready waits, in a process whose /var/run/kubevirt-hooks is the sockets
+// folder (UseSocketsDir), until every sidecar accepts connections on a
+// socket in its folder, or one exits (its error, as Exited), or timeout passes. KubeVirt's
+// Collect looks once a second; with the sockets there already its first
+// look finds them all.
+func (r *Running) Ready(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for _, p := range r.procs {
+		for !p.serving() {
+			select {
+			case <-p.done:
+				return <-r.Exited
+			case <-time.After(10 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("annotation %s: sidecar %d (%s, image %q) serves no socket after %v", Annotation, p.spec.Index, p.spec.Name, p.spec.Image, timeout)
+			}
+		}
+	}
+	return nil
+}
+
+// serving tells whether a socket in the sidecar's folder accepts a
+// connection. It is dialled where KubeVirt's manager dials it, below
+// /var/run/kubevirt-hooks (UseSocketsDir): a socket's path must fit the
+// 108 bytes of a UNIX address, which the folder's own path may not.
+func (p *proc) serving() bool {
+	dir := filepath.Join(hooks.HookSocketsSharedDirectory, p.spec.Name)
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if c, err := net.Dial("unix", filepath.Join(dir, e.Name())); err == nil {
+			_ = c.Close()
+			return true
+		}
+	}
+	return false
 }
 
 // Stop ends every sidecar by its PID: SIGTERM (the shim stops serving and

@@ -152,6 +152,9 @@ func (h *hookEnv) withHooks(vmi *v1.VirtualMachineInstance, spec *api.DomainSpec
 		return "", err
 	}
 	defer running.Stop()
+	if err := running.Ready(hookTimeout); err != nil {
+		return "", err
+	}
 	return hooksidecar.OnDefineDomain(hooksidecar.Wait{N: uint(len(specs)), Timeout: hookTimeout, Exited: running.Exited, Shutdown: true}, spec, vmi)
 }
 

@@ -175,6 +175,9 @@ func startAndApply(o options, specs []hooksidecar.Spec, domain *api.DomainSpec, 
 		return "", err
 	}
 	defer sc.Stop()
+	if err := sc.Ready(o.timeout); err != nil {
+		return "", err
+	}
 	return hooksidecar.OnDefineDomain(hooksidecar.Wait{N: uint(len(specs)), Timeout: o.timeout, Exited: sc.Exited, Shutdown: true, CloudInitWritten: true}, domain, vmi)
 }
 
