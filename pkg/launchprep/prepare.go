@@ -12,6 +12,7 @@
 package launchprep
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -195,10 +196,11 @@ func read(ctx context.Context, o Options, a launcherapi.Args) (*v1.VirtualMachin
 
 // objects splits the manifest file into its VM or VMI document and the
 // objects beside it, then those of the --instancetypes folder (dir, may
-// be empty).
+// be empty), which is read only for a machine that names objects (an
+// instancetype, a preference, hook sidecars and their ConfigMaps).
 func objects(data []byte, input, dir string) ([]manifest.Object, []byte, error) {
 	l, err := manifest.Split(data, input)
-	if err != nil || dir == "" {
+	if err != nil || dir == "" || (len(manifest.Refs(l.Machine)) == 0 && !bytes.Contains(l.Machine, []byte(manifest.HookSidecarsAnnotation))) {
 		if l == nil {
 			return nil, nil, err
 		}
