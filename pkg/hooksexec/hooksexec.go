@@ -63,8 +63,12 @@ type request struct {
 }
 
 // Check reads the annotation without starting anything (the dry run): its
-// sidecars' images and the ConfigMaps they name. Errors are those of Apply.
+// sidecars' images and the ConfigMaps they name; nothing in KubeVirt mode,
+// where the sidecars are the pod's containers. Errors are those of Apply.
 func (r Runner) Check(ctx context.Context, vmi *v1.VirtualMachineInstance, objs []manifest.Object, input string) error {
+	if r.Sidecars > 0 {
+		return nil
+	}
 	_, err := r.run(ctx, []string{"--check"}, vmi, "<domain/>", objs, input)
 	return err
 }

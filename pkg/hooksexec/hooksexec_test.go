@@ -86,6 +86,20 @@ func TestApplyErrors(t *testing.T) {
 	}
 }
 
+func TestCheckReadsTheAnnotationOnlyInDirectMode(t *testing.T) {
+	exe, dir := fakeHooks(t, `exit 0`)
+	if err := (Runner{Exe: exe}).Check(context.Background(), vmi(), nil, "vmi.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	if args, _ := os.ReadFile(filepath.Join(dir, "args")); strings.TrimSpace(string(args)) != "--check" {
+		t.Errorf("args %q", args)
+	}
+	refuse, _ := fakeHooks(t, `exit 1`)
+	if err := (Runner{Exe: refuse, Sidecars: 1}).Check(context.Background(), vmi(), nil, "vmi.yaml"); err != nil {
+		t.Errorf("KubeVirt mode: the pod's images are not the launcher's to check: %v", err)
+	}
+}
+
 func TestNamed(t *testing.T) {
 	if !Named(vmi()) || Named(&v1.VirtualMachineInstance{}) {
 		t.Fatal("Named")
