@@ -99,7 +99,8 @@ build: deps
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/virt-launcher ./cmd/virt-launcher-convert
 
 ## kubevirtmode: the launcher image's KubeVirt-mode entry points (virt-launcher-monitor, KubeVirt's virt-tail and
-##   container-disk) and the launcher's instancetype expander (virt-launcher-expand) into _build/bin; a module of its
+##   container-disk), the launcher's instancetype expander (virt-launcher-expand) and hook sidecar runner
+##   (virt-launcher-hooks, with KubeVirt's sidecar-shim and smbios hook) into _build/bin; a module of its
 ##   own with KubeVirt's pins, so `make run` does not wait for it
 kubevirtmode: deps
 	GO=$(GO) kubevirtmode/build.sh $(BIN)
@@ -142,8 +143,10 @@ test:
 
 unit: deps clusterlite kvrender kubevirtmode
 	CLUSTERLITE_BIN_DIR=$(CURDIR)/$(CLUSTERLITE_BIN) KVRENDER=$(CURDIR)/$(KVRENDER) \
-		VIRT_LAUNCHER_EXPAND=$(CURDIR)/$(BIN)/virt-launcher-expand $(GO) test -count=1 ./pkg/... ./cmd/... ./internal/...
-	cd kubevirtmode && $(GO) test -count=1 ./monitor/... ./vmexpand/... ./handlerside/... ./cmd/...
+		VIRT_LAUNCHER_EXPAND=$(CURDIR)/$(BIN)/virt-launcher-expand VIRT_LAUNCHER_HOOKS=$(CURDIR)/$(BIN)/virt-launcher-hooks \
+		$(GO) test -count=1 ./pkg/... ./cmd/... ./internal/...
+	cd kubevirtmode && VIRT_LAUNCHER_HOOKS=$(CURDIR)/$(BIN)/virt-launcher-hooks \
+		$(GO) test -count=1 ./monitor/... ./vmexpand/... ./handlerside/... ./hooksidecar/... ./cmd/...
 
 fuzz: deps
 	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZ_FAULTS_EXECS) ./pkg/faults

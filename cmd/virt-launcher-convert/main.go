@@ -19,6 +19,7 @@ import (
 	"syscall"
 
 	"github.com/crashloop-harness/crashloop/internal/launchplan"
+	"github.com/crashloop-harness/crashloop/pkg/hooksexec"
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/launchprep"
 	"github.com/crashloop-harness/crashloop/pkg/vmexpandexec"
@@ -49,7 +50,7 @@ func main() {
 	}
 	dir := filepath.Dir(exe)
 	p, code := launchprep.Prepare(ctx, launchprep.Options{Request: req, Stderr: os.Stderr, FrontExe: filepath.Join(dir, front),
-		ExpandExe: filepath.Join(dir, vmexpandexec.ExpanderName)})
+		ExpandExe: filepath.Join(dir, vmexpandexec.ExpanderName), HooksExe: filepath.Join(dir, hooksexec.HooksName)})
 	if p != nil {
 		// The runner installs its own handlers; a signal from here on is
 		// its to handle, or ends the process and the reaper cleans up.

@@ -1,7 +1,8 @@
 // Package launcher_test drives the real virt-launcher binary against real
 // QEMU VMs (TCG on hosts without hardware virtualization, KVM where it is
-// present): boot, phases, the start timeout, signals, bad input, and every
-// fault of the catalog. Run it with `make functest` (label "launcher").
+// present): boot, phases, the start timeout, signals, bad input, every
+// fault of the catalog, and KubeVirt's hook sidecars. Run it with
+// `make functest` (label "launcher").
 package launcher_test
 
 import (

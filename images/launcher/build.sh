@@ -40,8 +40,8 @@ label=dev.crashloop.inputs
 launcher=$bin_dir/virt-launcher
 convert_part=$bin_dir/virt-launcher-convert
 libvirt_part=$bin_dir/virt-launcher-libvirt
-# KubeVirt mode's entry points and the instancetype expander (kubevirtmode/build.sh, make kubevirtmode)
-kubevirt_mode=(virt-launcher-monitor virt-launcher-expand container-disk virt-tail)
+# KubeVirt mode's entry points, the instancetype expander and the hook runner (kubevirtmode/build.sh, make kubevirtmode)
+kubevirt_mode=(virt-launcher-monitor virt-launcher-expand virt-launcher-hooks container-disk virt-tail)
 for b in "$launcher" "$convert_part" "$libvirt_part" "${kubevirt_mode[@]/#/$bin_dir/}"; do
 	[ -x "$b" ] || { echo "build.sh: $b is missing: run make build first" >&2; exit 1; }
 done

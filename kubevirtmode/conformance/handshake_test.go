@@ -66,8 +66,8 @@ var _ = Describe("the launcher socket", func() {
 	})
 
 	It("refuses a command line virt-controller would not render, naming the flag", func() {
-		p := startPod(podSpec{direct: true, extra: []string{"--hook-sidecars", "2"}})
+		p := startPod(podSpec{direct: true, extra: []string{"--grace-period-seconds", "-1"}})
 		Expect(p.waitExit(10 * time.Second)).To(Equal(3))
-		Expect(p.out.String()).To(ContainSubstring("--hook-sidecars 2: hook sidecars are not supported"))
+		Expect(p.out.String()).To(ContainSubstring("--grace-period-seconds -1: want 0 or more"))
 	})
 })

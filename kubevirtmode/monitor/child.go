@@ -76,6 +76,7 @@ func (f Flags) launcherArgs(manifest, consoleLog string) []string {
 		GracePeriod:  &grace,
 		EventFormat:  launcherapi.FormatJSON,
 		LogLevel:     f.LogLevel,
+		HookSidecars: f.HookSidecars,
 	}
 	if f.AllowEmulation {
 		a.Accel = launcherapi.AccelAuto

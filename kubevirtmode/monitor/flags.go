@@ -26,7 +26,9 @@ type Flags struct {
 	EphemeralDiskDir, ContainerDiskDir, HotplugDiskDir string
 	// GracePeriodSeconds is the graceful stop time on SIGTERM.
 	GracePeriodSeconds int
-	// HookSidecars is the number of hook sidecars; only 0 is supported.
+	// HookSidecars is the number of the pod's hook sidecar containers: the
+	// launcher waits for their sockets in /var/run/kubevirt-hooks and runs
+	// their hooks after its converter (virt-launcher-hooks).
 	HookSidecars uint
 	// OVMFPath, DiskMemoryLimit, LibvirtLogFilters, RunAsNonRoot,
 	// ImageVolume: accepted as KubeVirt's launcher accepts them.
@@ -67,7 +69,7 @@ func ParseFlags(argv []string, out io.Writer) (Flags, error) {
 	fs.StringVar(&f.ContainerDiskDir, "container-disk-dir", "/var/run/kubevirt/container-disks", "container disk folder")
 	fs.StringVar(&f.HotplugDiskDir, "hotplug-disk-dir", "/var/run/kubevirt/hotplug-disks", "hotplug disk folder")
 	fs.IntVar(&f.GracePeriodSeconds, "grace-period-seconds", 30, "grace period on SIGTERM before the domain is destroyed")
-	fs.UintVar(&f.HookSidecars, "hook-sidecars", 0, "number of hook sidecars (only 0 is supported)")
+	fs.UintVar(&f.HookSidecars, "hook-sidecars", 0, "number of the pod's hook sidecars, whose sockets the launcher waits for in /var/run/kubevirt-hooks")
 	fs.StringVar(&f.OVMFPath, "ovmf-path", "/usr/share/OVMF", "folder of the EFI firmware")
 	fs.Int64Var(&f.DiskMemoryLimit, "disk-memory-limit", 0, "memory limit of disk verification")
 	fs.StringVar(&f.LibvirtLogFilters, "libvirt-log-filters", "", "libvirt log filters")
@@ -100,9 +102,6 @@ func (f Flags) validate() error {
 	}
 	if f.GracePeriodSeconds < 0 {
 		errs = append(errs, fmt.Errorf("--grace-period-seconds %d: want 0 or more", f.GracePeriodSeconds))
-	}
-	if f.HookSidecars != 0 {
-		errs = append(errs, fmt.Errorf("--hook-sidecars %d: hook sidecars are not supported, want 0", f.HookSidecars))
 	}
 	return errors.Join(errs...)
 }

@@ -43,7 +43,7 @@ func TestParseFlagsNamesWhatIsWrong(t *testing.T) {
 		want string
 	}{
 		{[]string{"--name", "a", "--uid", "u"}, "--namespace is required"},
-		{append(append([]string{}, rendered...), "--hook-sidecars", "1"), "--hook-sidecars 1: hook sidecars are not supported"},
+		{append(append([]string{}, rendered...), "--hook-sidecars", "-1"), `invalid argument "-1" for "--hook-sidecars"`},
 		{append(append([]string{}, rendered...), "--qemu-timeout", "0s"), "--qemu-timeout 0s: want a positive duration"},
 		{append(append([]string{}, rendered...), "--no-such-flag"), "unknown flag: --no-such-flag"},
 		{append(append([]string{}, rendered...), "vmi.yaml"), "takes flags only"},
@@ -64,8 +64,13 @@ func TestLauncherArgsAskForKVMUnlessEmulationIsAllowed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.Accel != launcherapi.AccelKVM || a.StartTimeout != launcherapi.FixedStartTimeout(263*time.Second) || a.Manifest != "/x/vmi.json" {
+	if a.Accel != launcherapi.AccelKVM || a.StartTimeout != launcherapi.FixedStartTimeout(263*time.Second) || a.Manifest != "/x/vmi.json" || a.HookSidecars != 0 {
 		t.Fatalf("launcher args %+v", a)
+	}
+	// The pod's sidecar count reaches the launcher, which waits for them.
+	f.HookSidecars = 2
+	if a, _ := launcherapi.ParseArgs(f.launcherArgs("/x/vmi.json", ""), launcherapi.DefaultArgs(), io.Discard); a.HookSidecars != 2 {
+		t.Fatalf("--hook-sidecars 2: launcher's %d", a.HookSidecars)
 	}
 	f.AllowEmulation = true
 	if a, _ := launcherapi.ParseArgs(f.launcherArgs("/x/vmi.json", ""), launcherapi.DefaultArgs(), io.Discard); a.Accel != launcherapi.AccelAuto {

@@ -20,6 +20,7 @@ import (
 	cmdclient "kubevirt.io/kubevirt/pkg/virt-handler/cmd-client"
 
 	"github.com/crashloop-harness/crashloop/internal/launchplan"
+	"github.com/crashloop-harness/crashloop/kubevirtmode/hooksidecar"
 )
 
 // Run is the whole compute process: serve the command socket, mark it
@@ -81,6 +82,13 @@ func Run(ctx context.Context, f Flags, log *slog.Logger, stderr io.Writer) (int,
 		code = m.stopOnSignal(sigs)
 	case <-ctx.Done():
 		code = 1
+	}
+	if f.HookSidecars > 0 {
+		// cmd/virt-launcher: once the domain is gone, the pod's hook
+		// sidecars get their Shutdown hook, so that the pod can end.
+		if err := hooksidecar.ShutdownPod(f.HookSidecars, 10*time.Second); err != nil {
+			log.Warn("hook sidecars' Shutdown", "err", err)
+		}
 	}
 	stopServer(srv, readySock)
 	m.notify.closeWithin(5 * time.Second)

@@ -102,6 +102,8 @@ func ParseManifests(ctx context.Context, exp vmexpandexec.Expander, path string,
 		switch {
 		case err != nil:
 			return nil, fmt.Errorf("%s: %w", path, err)
+		case ok && o.Kind == manifest.KindConfigMap:
+			return nil, fmt.Errorf("%s: a ConfigMap (the script of a hook sidecar's configMap): the controller hands its launchers the VMI alone; run such a VM with virt-launcher, which reads the ConfigMap beside it", source(path, d.N))
 		case ok:
 			objs = append(objs, o)
 		default:

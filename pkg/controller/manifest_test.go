@@ -37,6 +37,8 @@ func TestParseManifestsRejectsBadInput(t *testing.T) {
 		{"a preference", vm("  preference: {name: virtio}\n  template: {spec: {domain: {devices: {}}}}\n"), []string{"spec.preference", `VirtualMachineClusterPreference "virtio" not found`}},
 		{"a bad instancetype", vm("  template: {spec: {domain: {devices: {}}}}\n") + "---\napiVersion: instancetype.kubevirt.io/v1alpha1\nkind: VirtualMachineInstancetype\nmetadata: {name: s}\n",
 			[]string{"document 2", "VirtualMachineInstancetype", "apiVersion", "v1beta1"}},
+		{"a ConfigMap", vm("  template: {spec: {domain: {devices: {}}}}\n") + "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: s}\n",
+			[]string{"document 2", "a ConfigMap", "virt-launcher"}},
 		{"not YAML", "{{{", []string{"YAML"}},
 		{"empty", "# nothing\n", []string{"no VirtualMachine"}},
 	}

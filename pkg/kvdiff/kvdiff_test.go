@@ -34,6 +34,10 @@ func inputs(t *testing.T) []string {
 	return files
 }
 
+// hookObjects holds ours: the ConfigMap KubeVirt's hook sidecar examples
+// name but do not carry.
+const hookObjects = "testdata/objects"
+
 // kvResult is one line of kvrender's output.
 type kvResult struct {
 	File, Name, Domain, Error string
@@ -48,7 +52,11 @@ func TestDifferential(t *testing.T) {
 		t.Skip("KVRENDER is not set: `make unit` builds tools/kvrender and sets it")
 	}
 	files := inputs(t)
-	cmd := exec.Command(bin, append([]string{"--objects", "testdata/kubevirt-v1.6.0"}, files...)...)
+	hooks := os.Getenv("VIRT_LAUNCHER_HOOKS")
+	if hooks == "" {
+		t.Fatal("KVRENDER is set but VIRT_LAUNCHER_HOOKS is not: `make unit` builds kubevirtmode's virt-launcher-hooks (and KubeVirt's sidecar programs beside it) and sets it")
+	}
+	cmd := exec.Command(bin, append([]string{"--objects", "testdata/kubevirt-v1.6.0", "--objects", hookObjects, "--sidecar-bin", filepath.Dir(hooks)}, files...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -59,7 +67,8 @@ func TestDifferential(t *testing.T) {
 	if expander == "" {
 		t.Fatal("KVRENDER is set but VIRT_LAUNCHER_EXPAND is not: `make unit` builds kubevirtmode's virt-launcher-expand and sets it")
 	}
-	sb := Sandbox{Dir: t.TempDir(), Expand: vmexpandexec.Expander{Exe: expander, Dir: "testdata/kubevirt-v1.6.0"}}
+	sb := Sandbox{Dir: t.TempDir(), Expand: vmexpandexec.Expander{Exe: expander, Dir: "testdata/kubevirt-v1.6.0"},
+		Hooks: hooks, HookObjects: []string{"testdata/kubevirt-v1.6.0", hookObjects}}
 	var table []string
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(nil, 1<<24)
@@ -87,7 +96,7 @@ func TestDifferential(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got != string(want) {
-		t.Errorf("the differences with KubeVirt's converter changed; if that is intended, run\n  KVRENDER=%s VIRT_LAUNCHER_EXPAND=%s go test ./pkg/kvdiff -run TestDifferential -update\nand commit %s. Diff (- table, + now):\n%s", bin, expander, golden, lineDiff(string(want), got))
+		t.Errorf("the differences with KubeVirt's converter changed; if that is intended, run\n  KVRENDER=%s VIRT_LAUNCHER_EXPAND=%s VIRT_LAUNCHER_HOOKS=%s go test ./pkg/kvdiff -run TestDifferential -update\nand commit %s. Diff (- table, + now):\n%s", bin, expander, hooks, golden, lineDiff(string(want), got))
 	}
 }
 

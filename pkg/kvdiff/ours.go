@@ -12,6 +12,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/crashloop-harness/crashloop/pkg/converter"
+	"github.com/crashloop-harness/crashloop/pkg/hooksexec"
 	"github.com/crashloop-harness/crashloop/pkg/kvdefaults"
 	"github.com/crashloop-harness/crashloop/pkg/manifest"
 	"github.com/crashloop-harness/crashloop/pkg/vmexpandexec"
@@ -25,6 +26,11 @@ type Sandbox struct {
 	// Expand is how our side expands the instancetypes and preferences a
 	// VM names (virt-launcher-expand and the --instancetypes folder).
 	Expand vmexpandexec.Expander
+	// Hooks is virt-launcher-hooks, for a VMI that names hook sidecars;
+	// HookObjects are folders whose ConfigMaps they may name, after the
+	// file's own.
+	Hooks       string
+	HookObjects []string
 }
 
 // Ours renders one manifest the way the launcher's converter stage does
@@ -88,7 +94,34 @@ func (s Sandbox) Ours(ctx context.Context, data []byte, input string) (string, e
 	if err != nil {
 		return "", err
 	}
-	return conv.Domain.Marshal()
+	xml, err := conv.Domain.Marshal()
+	if err != nil || !hooksexec.Named(vmi) {
+		return xml, err
+	}
+	return s.hooks(ctx, vmi, xml, data, input, dir)
+}
+
+// hooks applies the VMI's hook sidecars as the converter stage does
+// (hooksexec.Runner in direct mode), with the ConfigMaps of the file and
+// of HookObjects.
+func (s Sandbox) hooks(ctx context.Context, vmi *v1.VirtualMachineInstance, xml string, data []byte, input, dir string) (string, error) {
+	l, err := manifest.Split(data, input)
+	if err != nil {
+		return "", err
+	}
+	objs := l.Objects
+	for _, d := range s.HookObjects {
+		more, err := manifest.ReadObjectDir(d)
+		if err != nil {
+			return "", err
+		}
+		objs = append(objs, more...)
+	}
+	r := hooksexec.Runner{Exe: s.Hooks, WorkDir: filepath.Join(dir, "hooks")}
+	if err := os.MkdirAll(r.WorkDir, 0o755); err != nil {
+		return "", err
+	}
+	return r.Apply(ctx, vmi, xml, objs, input)
 }
 
 func hasTemplate(dvts []v1.DataVolumeTemplateSpec, name string) bool {

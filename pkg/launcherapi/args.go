@@ -87,6 +87,11 @@ type Args struct {
 	// (Cluster)Instancetype and (Cluster)Preference objects a
 	// VirtualMachine may name, beside those in the manifest's own file.
 	Instancetypes string
+	// HookSidecars is KubeVirt mode's count of the launcher pod's hook
+	// sidecars, which already serve in /var/run/kubevirt-hooks; 0 (direct
+	// mode) starts the sidecars the VMI's hooks.kubevirt.io/hookSidecars
+	// annotation names.
+	HookSidecars uint
 }
 
 // DefaultArgs are the effective values of every flag left off.
@@ -145,6 +150,9 @@ func (a Args) Build() []string {
 	}
 	str("--claim-dir", a.ClaimDir)
 	str("--instancetypes", a.Instancetypes)
+	if a.HookSidecars != 0 {
+		out = append(out, "--hook-sidecars", strconv.FormatUint(uint64(a.HookSidecars), 10))
+	}
 	out = append(out, a.Extra...)
 	if a.Manifest != "" {
 		out = append(out, a.Manifest)
@@ -186,6 +194,7 @@ func (a *Args) FlagSet(out io.Writer) *pflag.FlagSet {
 	fs.StringArrayVar(&a.Faults, "fault", a.Faults, "inject a fault: NAME[=TERM] (repeatable; see the fault table in the README)")
 	fs.StringVar(&a.ClaimDir, "claim-dir", a.ClaimDir, "folder of persistentVolumeClaim and dataVolume volumes: claim NAME is DIR/NAME/disk.img (empty: such volumes are refused)")
 	fs.StringVar(&a.Instancetypes, "instancetypes", a.Instancetypes, "folder of YAML/JSON files with the (Cluster)Instancetype and (Cluster)Preference objects a VirtualMachine may name (the manifest's own file is read first)")
+	fs.UintVar(&a.HookSidecars, "hook-sidecars", a.HookSidecars, "KubeVirt mode: wait for N hook sidecars of the launcher pod in /var/run/kubevirt-hooks (0: start the sidecars the VMI's hooks.kubevirt.io/hookSidecars annotation names)")
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: virt-launcher [flags] VMI.yaml\n\nBoots one KubeVirt VirtualMachineInstance (YAML or JSON file, - for stdin) through libvirt.\n\nFlags:\n%s", fs.FlagUsages())
 	}

@@ -19,7 +19,7 @@ func TestArgsRoundTrip(t *testing.T) {
 		ImageDir: "/i", ConsoleLog: "/x/console.log", ReadyMarker: "READY", StartTimeout: FixedStartTimeout(283 * time.Second),
 		GracePeriod: &grace, Seed: 1<<63 + 5, Attempt: 4, EventFormat: FormatText, LogLevel: "debug",
 		SimulateCrash: true, DryRun: true, Faults: []string{"qemu-hang", "qemu-kill=50%2*after=1s"}, ClaimDir: "/claims",
-		Instancetypes: t.TempDir(),
+		Instancetypes: t.TempDir(), HookSidecars: 2,
 	}
 	argv := in.Build()
 	if got := strings.Join(argv, " "); !strings.Contains(got, "--instancetypes "+in.Instancetypes) {

@@ -12,6 +12,7 @@
 package launchprep
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	v1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/yaml"
@@ -28,6 +30,7 @@ import (
 	"github.com/crashloop-harness/crashloop/pkg/containerdisk"
 	"github.com/crashloop-harness/crashloop/pkg/converter"
 	"github.com/crashloop-harness/crashloop/pkg/faults"
+	"github.com/crashloop-harness/crashloop/pkg/hooksexec"
 	"github.com/crashloop-harness/crashloop/pkg/kvdefaults"
 	"github.com/crashloop-harness/crashloop/pkg/kvmprobe"
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
@@ -47,6 +50,9 @@ type Options struct {
 	// ExpandExe is virt-launcher-expand, run for a VM that names an
 	// instancetype or a preference.
 	ExpandExe string
+	// HooksExe is virt-launcher-hooks, run for a VMI that names hook
+	// sidecars (or in KubeVirt mode, --hook-sidecars).
+	HooksExe string
 }
 
 // Prepared is a launch ready for the runner: its plan, and the folders and
@@ -69,7 +75,7 @@ func Prepare(ctx context.Context, o Options) (*Prepared, launcherapi.ExitCode) {
 		fmt.Fprintf(o.Stderr, "virt-launcher: %v\n", err)
 		return nil, launcherapi.ExitUsage
 	}
-	vmi, doc, code, ok := read(ctx, o, a)
+	vmi, doc, objs, code, ok := read(ctx, o, a)
 	if !ok {
 		return nil, code
 	}
@@ -115,33 +121,96 @@ func Prepare(ctx context.Context, o Options) (*Prepared, launcherapi.ExitCode) {
 		p.Abandon()
 		return nil, code
 	}
+	if code, ok := p.hooks(ctx, vmi, objs, o.HooksExe, o.Stderr); !ok {
+		p.Abandon()
+		return nil, code
+	}
 	return p, 0
 }
 
+// hooks rewrites the domain with the VMI's hook sidecars, after the
+// converter, as virt-launcher does (virt-launcher-hooks runs KubeVirt's
+// own hook manager and sidecars); a dry run only checks the annotation.
+func (p *Prepared) hooks(ctx context.Context, vmi *v1.VirtualMachineInstance, objs []manifest.Object, exe string, stderr io.Writer) (launcherapi.ExitCode, bool) {
+	a := p.Plan.Args
+	if !hooksexec.Named(vmi) && a.HookSidecars == 0 {
+		return 0, true
+	}
+	work := p.Plan.Root
+	if work == "" {
+		work = p.Plan.Scratch
+	}
+	r := hooksexec.Runner{Exe: exe, WorkDir: filepath.Join(work, "hooks"), Sidecars: a.HookSidecars, Timeout: a.StartTimeout.Base}
+	var err error
+	if a.DryRun {
+		err = r.Check(ctx, vmi, objs, p.Plan.Input)
+		p.log.Info("dry run: the hook sidecars were checked, not run: the domain is the one before their hooks")
+	} else if err = os.MkdirAll(r.WorkDir, 0o755); err == nil {
+		start := time.Now()
+		if p.Plan.DomainXML, err = r.Apply(ctx, vmi, p.Plan.DomainXML, objs, p.Plan.Input); err == nil {
+			p.log.Info("the hook sidecars rewrote the domain", "took", time.Since(start).Round(time.Millisecond), "kubevirtModeSidecars", a.HookSidecars)
+		}
+	}
+	var invalid *manifest.InvalidError
+	switch {
+	case errors.As(err, &invalid):
+		fmt.Fprintf(stderr, "virt-launcher: %v\n", err)
+		return launcherapi.ExitInvalidManifest, false
+	case err != nil:
+		fmt.Fprintf(stderr, "virt-launcher: %v\n", err)
+		return launcherapi.ExitInternal, false
+	}
+	return 0, true
+}
+
 // read takes the VM or VMI out of the manifest file, expands the
-// instancetype and preference a VM names (vmexpandexec.Expander) and decodes it.
-func read(ctx context.Context, o Options, a launcherapi.Args) (*v1.VirtualMachineInstance, *manifest.Document, launcherapi.ExitCode, bool) {
+// instancetype and preference a VM names (vmexpandexec.Expander) and
+// decodes it; objs are the objects beside it and in --instancetypes (the
+// hook sidecars' ConfigMaps among them).
+func read(ctx context.Context, o Options, a launcherapi.Args) (*v1.VirtualMachineInstance, *manifest.Document, []manifest.Object, launcherapi.ExitCode, bool) {
 	input := o.Request.Input
-	machine, err := vmexpandexec.Expander{Exe: o.ExpandExe, Dir: a.Instancetypes}.Machine(ctx, o.Request.Manifest, input)
+	objs, machine, err := objects(o.Request.Manifest, input, a.Instancetypes)
+	if err == nil {
+		machine, err = vmexpandexec.Expander{Exe: o.ExpandExe, Dir: a.Instancetypes}.Expand(ctx, machine, objs, input)
+	}
 	var invalid *manifest.InvalidError
 	var usage *vmexpandexec.UsageError
 	switch {
 	case errors.As(err, &invalid):
 		fmt.Fprintf(o.Stderr, "virt-launcher: %v\n", err)
-		return nil, nil, launcherapi.ExitInvalidManifest, false
+		return nil, nil, nil, launcherapi.ExitInvalidManifest, false
 	case errors.As(err, &usage):
 		fmt.Fprintf(o.Stderr, "virt-launcher: %v\n", err)
-		return nil, nil, launcherapi.ExitUsage, false
+		return nil, nil, nil, launcherapi.ExitUsage, false
 	case err != nil:
 		fmt.Fprintf(o.Stderr, "virt-launcher: %v\n", err)
-		return nil, nil, launcherapi.ExitInternal, false
+		return nil, nil, nil, launcherapi.ExitInternal, false
 	}
 	vmi, doc, err := manifest.Read(machine, input)
 	if err != nil {
 		fmt.Fprintf(o.Stderr, "virt-launcher: %v\n", err)
-		return nil, nil, launcherapi.ExitInvalidManifest, false
+		return nil, nil, nil, launcherapi.ExitInvalidManifest, false
 	}
-	return vmi, doc, 0, true
+	return vmi, doc, objs, 0, true
+}
+
+// objects splits the manifest file into its VM or VMI document and the
+// objects beside it, then those of the --instancetypes folder (dir, may
+// be empty), which is read only for a machine that names objects (an
+// instancetype, a preference, hook sidecars and their ConfigMaps).
+func objects(data []byte, input, dir string) ([]manifest.Object, []byte, error) {
+	l, err := manifest.Split(data, input)
+	if err != nil || dir == "" || (len(manifest.Refs(l.Machine)) == 0 && !bytes.Contains(l.Machine, []byte(manifest.HookSidecarsAnnotation))) {
+		if l == nil {
+			return nil, nil, err
+		}
+		return l.Objects, l.Machine, err
+	}
+	more, err := manifest.ReadObjectDir(dir)
+	if err != nil {
+		return nil, nil, &vmexpandexec.UsageError{Err: fmt.Errorf("--instancetypes %s: %w", dir, err)}
+	}
+	return append(l.Objects, more...), l.Machine, nil
 }
 
 // prepare makes the launch's folders and files, starts the reaper and

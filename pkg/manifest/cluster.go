@@ -21,8 +21,11 @@ var clusterMetadata = []string{
 // and returns the paths it removed or found, prefixed with prefix. The
 // kubevirt.io/* labels and annotations stay in the object (some, like
 // KubeVirt's functional-test annotations, are read by the launcher) but are
-// reported, since a launch does nothing else with them.
-func stripCluster(raw map[string]any, prefix string) []string {
+// reported, since a launch does nothing else with them; vmi says raw's
+// metadata is the VMI's (a VMI, or a VM's template), where the hook
+// sidecar annotation acts and, when it is there, the sidecars may read any
+// annotation, so none is reported.
+func stripCluster(raw map[string]any, prefix string, vmi bool) []string {
 	var found []string
 	if _, ok := raw["status"]; ok {
 		delete(raw, "status")
@@ -42,8 +45,11 @@ func stripCluster(raw map[string]any, prefix string) []string {
 	}
 	for _, set := range []string{"labels", "annotations"} {
 		m, _ := meta[set].(map[string]any)
+		if _, sidecars := m[HookSidecarsAnnotation]; vmi && set == "annotations" && sidecars {
+			continue
+		}
 		for k := range m {
-			if _, refused := refusedAnnotations[k]; isKubeVirtKey(k) && !refused && !strings.HasPrefix(k, "kubevirt.io/func-test-") {
+			if isKubeVirtKey(k) && !strings.HasPrefix(k, "kubevirt.io/func-test-") {
 				found = append(found, prefix+"metadata."+set+"["+k+"]")
 			}
 		}
@@ -52,24 +58,10 @@ func stripCluster(raw map[string]any, prefix string) []string {
 	return found
 }
 
-// refusedAnnotations are KubeVirt annotations that would change the VM in
-// ways a launch cannot follow, with the reason.
-var refusedAnnotations = map[string]string{
-	"hooks.kubevirt.io/hookSidecars": "sidecar hooks are containers that rewrite the domain; the launcher runs no sidecars (remove the annotation, or write the change into the spec)",
-}
-
-// refusedAnnotation returns the path and reason of the first refused
-// annotation in an object's metadata, prefixed with prefix.
-func refusedAnnotation(raw map[string]any, prefix string) (string, string) {
-	meta, _ := raw["metadata"].(map[string]any)
-	ann, _ := meta["annotations"].(map[string]any)
-	for k, why := range refusedAnnotations {
-		if _, ok := ann[k]; ok {
-			return prefix + "metadata.annotations[" + k + "]", why
-		}
-	}
-	return "", ""
-}
+// HookSidecarsAnnotation names KubeVirt's hook sidecars on a VMI (a VM's
+// template): containers whose hooks rewrite the domain, which the
+// converter stage runs through virt-launcher-hooks (pkg/hooksexec).
+const HookSidecarsAnnotation = "hooks.kubevirt.io/hookSidecars"
 
 // isKubeVirtKey tells a label or annotation KubeVirt sets (kubevirt.io/...
 // or a kubevirt.io subdomain such as vm.kubevirt.io/...).

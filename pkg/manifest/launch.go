@@ -17,14 +17,16 @@ const (
 	KindClusterInstancetype = "VirtualMachineClusterInstancetype"
 	KindPreference          = "VirtualMachinePreference"
 	KindClusterPreference   = "VirtualMachineClusterPreference"
+	// KindConfigMap holds the scripts a hook sidecar's configMap names.
+	KindConfigMap = "ConfigMap"
 )
 
-// objectKinds are the four, in the order messages list them.
-var objectKinds = []string{KindInstancetype, KindClusterInstancetype, KindPreference, KindClusterPreference}
+// objectKinds are the five, in the order messages list them.
+var objectKinds = []string{KindInstancetype, KindClusterInstancetype, KindPreference, KindClusterPreference, KindConfigMap}
 
-// Object is an instancetype or a preference document.
+// Object is an instancetype, a preference or a ConfigMap document.
 type Object struct {
-	// Kind is one of the four kinds above; Name and Namespace are the
+	// Kind is one of the kinds above; Name and Namespace are the
 	// object's (Namespace "default" for the namespaced kinds that name
 	// none, empty for the cluster-wide ones).
 	Kind, Name, Namespace string
@@ -45,8 +47,8 @@ type Launch struct {
 }
 
 // Split takes a launcher's manifest apart: exactly one VirtualMachine or
-// VirtualMachineInstance document, and any number of (Cluster)Instancetype
-// and (Cluster)Preference documents; any other document is an error naming
+// VirtualMachineInstance document, and any number of (Cluster)Instancetype,
+// (Cluster)Preference and ConfigMap documents; any other document is an error naming
 // its number and kind. A file that is not valid YAML or JSON, or has no
 // document, is returned as it is, for Read to say what is wrong with it.
 func Split(data []byte, input string) (*Launch, error) {
@@ -83,7 +85,7 @@ func Split(data []byte, input string) (*Launch, error) {
 	return l, nil
 }
 
-// ReadObjectDir reads the instancetypes and preferences in the YAML and
+// ReadObjectDir reads the instancetypes, preferences and ConfigMaps in the YAML and
 // JSON files (*.yaml, *.yml, *.json) of dir, the launcher's --instancetypes
 // folder. Documents of other kinds are left out: the folder may be one
 // that `kubectl apply -f` takes whole.
@@ -189,8 +191,8 @@ func kindName(kind, namespaced, cluster string) string {
 	return kind
 }
 
-// ObjectOf reads document p of input (from Documents) as an instancetype
-// or a preference; ok is false for a document of another kind. The error
+// ObjectOf reads document p of input (from Documents) as an instancetype,
+// a preference or a ConfigMap; ok is false for a document of another kind. The error
 // names the document, its kind and the field.
 func ObjectOf(p Part, input string) (o Object, ok bool, err error) {
 	kind := kindOf(p.JSON)
@@ -213,14 +215,18 @@ func object(p Part, kind, source string) (Object, error) {
 	if err := json.Unmarshal(p.JSON, &head); err != nil {
 		return Object{}, fmt.Errorf("document %d: %s: %w", p.N, kind, err)
 	}
-	if head.APIVersion != "instancetype.kubevirt.io/v1beta1" {
-		return Object{}, fmt.Errorf("document %d: %s: field apiVersion: got %q, want \"instancetype.kubevirt.io/v1beta1\"", p.N, kind, head.APIVersion)
+	want := "instancetype.kubevirt.io/v1beta1"
+	if kind == KindConfigMap {
+		want = "v1"
+	}
+	if head.APIVersion != want {
+		return Object{}, fmt.Errorf("document %d: %s: field apiVersion: got %q, want %q", p.N, kind, head.APIVersion, want)
 	}
 	if head.Metadata.Name == "" {
 		return Object{}, fmt.Errorf("document %d: %s: field metadata.name: must be set", p.N, kind)
 	}
 	o := Object{Kind: kind, Name: head.Metadata.Name, Source: source, JSON: p.JSON}
-	if kind == KindInstancetype || kind == KindPreference {
+	if kind == KindInstancetype || kind == KindPreference || kind == KindConfigMap {
 		o.Namespace = head.Metadata.Namespace
 		if o.Namespace == "" {
 			o.Namespace = "default"

@@ -65,6 +65,18 @@ func TestSplit(t *testing.T) {
 	}
 }
 
+// TestSplitConfigMaps: the ConfigMaps a VM's hook sidecars name sit beside
+// it, in the VM's namespace unless they name one.
+func TestSplitConfigMaps(t *testing.T) {
+	l, err := Split([]byte(splitVM+"---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {k: v}\n"), "f.yaml")
+	if err != nil || len(l.Objects) != 1 {
+		t.Fatalf("%+v, %v", l, err)
+	}
+	if o := l.Objects[0]; o.Kind != KindConfigMap || o.Name != "c" || o.Namespace != "default" || o.Source != "f.yaml (document 2)" {
+		t.Errorf("%+v", o)
+	}
+}
+
 // TestSplitOneDocument: a file of one document is the machine itself (as
 // JSON), whatever its kind: Read says what is wrong with it.
 func TestSplitOneDocument(t *testing.T) {
@@ -84,7 +96,8 @@ func TestSplitOneDocument(t *testing.T) {
 // errors naming the document.
 func TestSplitRefusals(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
-		{splitVM + "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n", `f.yaml: document 2: kind "ConfigMap": a launch takes one VirtualMachine or VirtualMachineInstance and the VirtualMachineInstancetype, VirtualMachineClusterInstancetype, VirtualMachinePreference, VirtualMachineClusterPreference objects it names`},
+		{splitVM + "---\napiVersion: v1\nkind: Secret\nmetadata: {name: c}\n", `f.yaml: document 2: kind "Secret": a launch takes one VirtualMachine or VirtualMachineInstance and the VirtualMachineInstancetype, VirtualMachineClusterInstancetype, VirtualMachinePreference, VirtualMachineClusterPreference, ConfigMap objects it names`},
+		{splitVM + "---\napiVersion: v2\nkind: ConfigMap\nmetadata: {name: c}\n", `f.yaml: document 2: ConfigMap: field apiVersion: got "v2", want "v1"`},
 		{splitVM + "---\n" + splitVM, "f.yaml: documents 1 and 2 are both a VirtualMachine or VirtualMachineInstance: one launch runs one VMI"},
 		{splitIT + "---\n" + splitPref, "f.yaml: 2 documents but no VirtualMachine or VirtualMachineInstance"},
 		{splitVM + "---\n" + strings.Replace(splitIT, "v1beta1", "v1alpha9", 1), `f.yaml: document 2: VirtualMachineInstancetype: field apiVersion: got "instancetype.kubevirt.io/v1alpha9", want "instancetype.kubevirt.io/v1beta1"`},

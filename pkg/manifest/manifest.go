@@ -183,20 +183,13 @@ func checkKind(raw map[string]any, input string, kinds ...string) (string, error
 // strict drops the cluster-only fields from raw, refuses any field the
 // type of into has no place for, and decodes raw into into.
 func strict(raw map[string]any, input, kind string, into any) ([]string, error) {
-	ignored := stripCluster(raw, "")
-	field, why := refusedAnnotation(raw, "")
+	ignored := stripCluster(raw, "", kind == "VirtualMachineInstance")
 	if kind == "VirtualMachine" {
 		if spec, ok := raw["spec"].(map[string]any); ok {
 			if tmpl, ok := spec["template"].(map[string]any); ok {
-				ignored = append(ignored, stripCluster(tmpl, "spec.template.")...)
-				if field == "" {
-					field, why = refusedAnnotation(tmpl, "spec.template.")
-				}
+				ignored = append(ignored, stripCluster(tmpl, "spec.template.", true)...)
 			}
 		}
-	}
-	if field != "" {
-		return nil, &InvalidError{Input: input, Field: field, Msg: why}
 	}
 	if f := unknownField(raw, reflect.TypeOf(into), ""); f != "" {
 		return nil, &InvalidError{Input: input, Field: f, Msg: "unknown field (misspelled, or not part of kubevirt.io/v1 " + kind + ")"}

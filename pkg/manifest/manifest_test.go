@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -276,7 +277,6 @@ func TestReadVM(t *testing.T) {
 		{"template typo", strings.Replace(vmDump, "          guest:", "          gest:", 1), "spec.template.spec.domain.memory.gest", "unknown field"},
 		{"no template", strings.SplitN(vmDump, "  template:", 2)[0], "spec.template", "must be set"},
 		{"instancetype", strings.Replace(vmDump, "  runStrategy: Always\n", "  instancetype: {name: u1.small}\n", 1), "spec.instancetype", `VirtualMachineClusterInstancetype "u1.small" is a cluster object`},
-		{"sidecar hook", strings.Replace(vmDump, "      annotations: {a: b}", "      annotations: {hooks.kubevirt.io/hookSidecars: '[]'}", 1), "spec.template.metadata.annotations[hooks.kubevirt.io/hookSidecars]", "no sidecars"},
 		{"pod", strings.Replace(vmDump, "kind: VirtualMachine", "kind: Pod", 1), "kind", `want "VirtualMachineInstance" or "VirtualMachine"`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -325,5 +325,30 @@ func TestClearErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "unmarshal") {
 			t.Errorf("Read(%s) = %v, want %q", doc, err, want)
 		}
+	}
+}
+
+// TestReadKeepsHookSidecars: the hook sidecar annotation of a VMI (a VM's
+// template) is kept for the converter stage and, with the other
+// annotations its sidecars may read, not reported as ignored; on the VM
+// itself KubeVirt does not act on it, and it is reported.
+func TestReadKeepsHookSidecars(t *testing.T) {
+	const sidecars = `[{"image": "kubevirt/example-hook-sidecar"}]`
+	tmpl := strings.Replace(vmDump, "      annotations: {a: b}", "      annotations: {hooks.kubevirt.io/hookSidecars: '"+sidecars+"', smbios.vm.kubevirt.io/baseBoardManufacturer: x}", 1)
+	vmi, doc, err := Read([]byte(tmpl), "vm.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vmi.Annotations[HookSidecarsAnnotation] != sidecars || vmi.Annotations["smbios.vm.kubevirt.io/baseBoardManufacturer"] != "x" {
+		t.Errorf("annotations %v", vmi.Annotations)
+	}
+	for _, f := range doc.Ignored {
+		if strings.Contains(f, "annotations") {
+			t.Errorf("reported as ignored: %s", f)
+		}
+	}
+	onVM := strings.Replace(vmDump, "metadata:\n", "metadata:\n  annotations: {hooks.kubevirt.io/hookSidecars: '"+sidecars+"'}\n", 1)
+	if _, doc, err := Read([]byte(onVM), "vm.yaml"); err != nil || !slices.Contains(doc.Ignored, "metadata.annotations[hooks.kubevirt.io/hookSidecars]") {
+		t.Errorf("on the VM: ignored %v, err %v", doc.Ignored, err)
 	}
 }

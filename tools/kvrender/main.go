@@ -15,10 +15,17 @@
 // per VM or VMI document, {"file","index","name","domain"} or
 // {"file","index","name","error"}.
 //
-// Usage: kvrender [--objects DIR] FILE...
+// A VMI that names hook sidecars (hooks.kubevirt.io/hookSidecars) gets
+// them as virt-launcher does: KubeVirt's own sidecar programs in
+// --sidecar-bin, started as the launcher's direct mode starts them
+// (kubevirtmode/hooksidecar, each in a mount namespace of its own, so
+// kvrender needs root then), and the domain rewritten by KubeVirt's hook
+// manager from the converter's domain (pkg/hooks, OnDefineDomain).
 //
-// Instancetypes and preferences are looked up in the same file and in the
-// YAML files of --objects.
+// Usage: kvrender [--objects DIR]... [--sidecar-bin DIR] FILE...
+//
+// Instancetypes, preferences and the ConfigMaps of hook sidecars are
+// looked up in the same file and in the YAML files of the --objects folders.
 package main
 
 import (
@@ -26,42 +33,60 @@ import (
 	"flag"
 	"fmt"
 	"os"
+
+	"github.com/crashloop-harness/crashloop/kubevirtmode/hooksidecar"
 )
 
 func main() {
-	objects := flag.String("objects", "", "folder of YAML files with (Cluster)Instancetype and (Cluster)Preference objects")
+	hooksidecar.Init()
+	var objectDirs []string
+	flag.Func("objects", "folder of YAML files with (Cluster)Instancetype, (Cluster)Preference and ConfigMap objects (repeatable)", func(dir string) error {
+		objectDirs = append(objectDirs, dir)
+		return nil
+	})
+	sidecarBin := flag.String("sidecar-bin", "", "folder of KubeVirt's hook sidecar programs (sidecar-shim, smbios-onDefineDomain); empty refuses hook sidecars")
 	flag.Parse()
 	if flag.NArg() == 0 {
-		fmt.Fprintln(os.Stderr, "usage: kvrender [--objects DIR] FILE...")
+		fmt.Fprintln(os.Stderr, "usage: kvrender [--objects DIR]... [--sidecar-bin DIR] FILE...")
 		os.Exit(2)
 	}
-	shared, err := readObjectDir(*objects)
-	if err != nil {
+	if err := run(objectDirs, *sidecarBin, flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "kvrender:", err)
 		os.Exit(1)
 	}
+}
+
+func run(objectDirs []string, sidecarBin string, files []string) error {
+	shared, err := readObjectDirs(objectDirs)
+	if err != nil {
+		return err
+	}
+	hooks, err := newHookEnv(sidecarBin)
+	if err != nil {
+		return err
+	}
+	defer hooks.close()
 	out := json.NewEncoder(os.Stdout)
-	for _, file := range flag.Args() {
+	for _, file := range files {
 		docs, err := readFile(file)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "kvrender:", err)
-			os.Exit(1)
+			return err
 		}
-		objs := shared.with(docs.objects)
+		objs := shared.with(docs)
 		for _, d := range docs.machines {
 			r := result{File: file, Index: d.index, Name: d.name}
-			xml, err := render(d, objs)
+			xml, err := render(d, objs, hooks)
 			if err != nil {
 				r.Error = err.Error()
 			} else {
 				r.Domain = xml
 			}
 			if err := out.Encode(r); err != nil {
-				fmt.Fprintln(os.Stderr, "kvrender:", err)
-				os.Exit(1)
+				return err
 			}
 		}
 	}
+	return nil
 }
 
 // result is one rendered document.

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	k8sv1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	v1 "kubevirt.io/api/core/v1"
@@ -28,22 +29,32 @@ type machine struct {
 
 // fileDocs are the documents of one file that kvrender reads.
 type fileDocs struct {
-	machines []machine
-	objects  []metav1.Object
+	machines   []machine
+	objects    []metav1.Object
+	configMaps []*k8sv1.ConfigMap
 }
 
-// objects are the instancetypes and preferences a VM may name, kept as a
-// list so that a file's own can be added to --objects'.
-type objects struct{ list []metav1.Object }
-
-// with returns the objects plus more (a file's own).
-func (o *objects) with(more []metav1.Object) *objects {
-	return &objects{list: append(append([]metav1.Object{}, o.list...), more...)}
+// objects are the instancetypes and preferences a VM may name and the
+// ConfigMaps its hook sidecars may name, kept as lists so that a file's
+// own can be added to --objects'.
+type objects struct {
+	list       []metav1.Object
+	configMaps []*k8sv1.ConfigMap
 }
 
-func readObjectDir(dir string) (*objects, error) {
+// with returns the objects plus a file's own (which come first for
+// ConfigMaps, as the launcher reads them).
+func (o *objects) with(d *fileDocs) *objects {
+	return &objects{
+		list:       append(append([]metav1.Object{}, o.list...), d.objects...),
+		configMaps: append(append([]*k8sv1.ConfigMap{}, d.configMaps...), o.configMaps...),
+	}
+}
+
+func readObjectDirs(dirs []string) (*objects, error) {
 	var list []metav1.Object
-	if dir != "" {
+	var cms []*k8sv1.ConfigMap
+	for _, dir := range dirs {
 		files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 		if err != nil {
 			return nil, err
@@ -54,9 +65,10 @@ func readObjectDir(dir string) (*objects, error) {
 				return nil, err
 			}
 			list = append(list, d.objects...)
+			cms = append(cms, d.configMaps...)
 		}
 	}
-	return &objects{list: list}, nil
+	return &objects{list: list, configMaps: cms}, nil
 }
 
 func readFile(path string) (*fileDocs, error) {
@@ -101,6 +113,12 @@ func (d *fileDocs) add(index int, doc []byte) error {
 			return err
 		}
 		d.machines = append(d.machines, machine{index: index, name: vmi.Name, vmi: vmi})
+	case tm.Kind == "ConfigMap":
+		cm := &k8sv1.ConfigMap{}
+		if err := yaml.Unmarshal(doc, cm); err != nil {
+			return err
+		}
+		d.configMaps = append(d.configMaps, cm)
 	case vmexpand.IsObjectKind(tm.Kind):
 		obj, err := vmexpand.DecodeObject(doc)
 		if err != nil {

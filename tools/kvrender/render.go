@@ -4,7 +4,9 @@ import (
 	"encoding/xml"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	v1 "kubevirt.io/api/core/v1"
@@ -20,6 +22,7 @@ import (
 	"kubevirt.io/kubevirt/pkg/virt-launcher/virtwrap/converter"
 	"kubevirt.io/kubevirt/pkg/virt-launcher/virtwrap/converter/arch"
 
+	"github.com/crashloop-harness/crashloop/kubevirtmode/hooksidecar"
 	"github.com/crashloop-harness/crashloop/kubevirtmode/vmexpand"
 )
 
@@ -33,7 +36,7 @@ const (
 
 // render turns one VM or VMI into domain XML as a KubeVirt v1.6.0 cluster
 // with a default KubeVirt CR on an amd64 node would.
-func render(m machine, objs *objects) (string, error) {
+func render(m machine, objs *objects, hooks *hookEnv) (string, error) {
 	cfg := vmexpand.ClusterConfig()
 	vmi := m.vmi
 	if m.vm != nil {
@@ -60,12 +63,104 @@ func render(m machine, objs *objects) (string, error) {
 		return "", fmt.Errorf("KubeVirt's converter: %w", err)
 	}
 	api.NewDefaulter(c.Architecture.GetArchitecture()).SetObjectDefaults_Domain(domain)
+	if _, ok := vmi.Annotations[hooksidecar.Annotation]; ok {
+		return hooks.withHooks(vmi, &domain.Spec, objs)
+	}
 	out, err := xml.MarshalIndent(domain.Spec, "", "  ")
 	if err != nil {
 		return "", err
 	}
 	return string(out), nil
 }
+
+// hookEnv is where kvrender runs hook sidecars: KubeVirt's programs in
+// bin, and the folder it sees as /var/run/kubevirt-hooks (in a mount
+// namespace of its own, hooksidecar.Isolate).
+type hookEnv struct {
+	bin, work string
+}
+
+// newHookEnv re-executes kvrender in a mount namespace of its own when bin
+// is set; a zero hookEnv refuses hook sidecars.
+func newHookEnv(bin string) (*hookEnv, error) {
+	if bin == "" {
+		return &hookEnv{}, nil
+	}
+	hooksidecar.Isolate()
+	work, err := os.MkdirTemp("", "kvrender-hooks-")
+	if err != nil {
+		return nil, err
+	}
+	h := &hookEnv{bin: bin, work: work}
+	if err := os.Mkdir(h.sockets(), 0o755); err != nil {
+		h.close()
+		return nil, err
+	}
+	if err := hooksidecar.UseSocketsDir(h.sockets()); err != nil {
+		h.close()
+		return nil, err
+	}
+	return h, nil
+}
+
+func (h *hookEnv) sockets() string { return filepath.Join(h.work, "sockets") }
+
+func (h *hookEnv) close() {
+	if h.work != "" {
+		_ = os.RemoveAll(h.work) // a temporary folder
+	}
+}
+
+// withHooks is virt-launcher's define with hooks
+// (util.SetDomainSpecStrWithHooks): the VMI's hook sidecars started,
+// KubeVirt's hook manager's OnDefineDomain over the converter's domain, the
+// XML it returns being what libvirt gets.
+func (h *hookEnv) withHooks(vmi *v1.VirtualMachineInstance, spec *api.DomainSpec, objs *objects) (string, error) {
+	if h.bin == "" {
+		return "", fmt.Errorf("the VMI names hook sidecars: kvrender runs them only with --sidecar-bin")
+	}
+	cms := hooksidecar.ConfigMaps{}
+	for _, cm := range objs.configMaps {
+		ns := cm.Namespace
+		if ns == "" {
+			ns = vmexpand.DefaultNamespace
+		}
+		if _, seen := cms[cm.Name]; !seen && ns == vmi.Namespace {
+			cms[cm.Name] = cm.Data
+		}
+	}
+	specs, err := hooksidecar.Resolve(vmi, h.bin, cms)
+	if err != nil {
+		return "", err
+	}
+	// Each VMI's sidecars get the sockets folder empty, as a new pod's.
+	entries, err := os.ReadDir(h.sockets())
+	if err != nil {
+		return "", err
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(h.sockets(), e.Name())); err != nil {
+			return "", err
+		}
+	}
+	scratch, err := os.MkdirTemp(h.work, "vmi-")
+	if err != nil {
+		return "", err
+	}
+	running, err := hooksidecar.Start(specs, h.sockets(), scratch)
+	if err != nil {
+		return "", err
+	}
+	defer running.Stop()
+	if err := running.Ready(hookTimeout); err != nil {
+		return "", err
+	}
+	return hooksidecar.OnDefineDomain(hooksidecar.Wait{N: uint(len(specs)), Timeout: hookTimeout, Exited: running.Exited, Shutdown: true}, spec, vmi)
+}
+
+// hookTimeout stands in for virt-launcher's --qemu-timeout, which bounds
+// its wait for the sidecars' sockets.
+const hookTimeout = time.Minute
 
 // vmiFromVM is what virt-api and virt-controller do to a VM before its
 // VMI exists (vmexpand.VM, in KubeVirt's order), and the VMI made from the
