@@ -144,7 +144,9 @@ type HandlerPod struct {
 
 // HandlerContainer is the name of virt-handler's container, in kubelet's
 // form.
-func HandlerContainer(node string) string { return "k8s_virt-handler_virt-handler-" + node + "_kubevirt_0" }
+func HandlerContainer(node string) string {
+	return "k8s_virt-handler_virt-handler-" + node + "_kubevirt_0"
+}
 
 // Argv is the command line that runs virt-handler's container in the
 // foreground inside the node namespace (podman run --rm, so that a

@@ -64,8 +64,8 @@ type kubeletPod struct {
 	compute launchrt.Launcher
 	// computeName is compute's container name.
 	computeName string
-	others  []launchrt.Launcher
-	done    chan struct{}
+	others      []launchrt.Launcher
+	done        chan struct{}
 }
 
 // sandboxName is the pod's sandbox container, in kubelet's form.
@@ -176,6 +176,9 @@ func startKubeletPod(ctx context.Context, cfg *Config, procs Runtime, pod *k8sv1
 			return nil, fmt.Errorf("init container %s: %w", ctr.Name, err)
 		}
 	}
+	if st, err := m.run(ctx, "podman", "inspect", "--format", "{{.State.Status}} {{.State.Pid}} {{.State.ExitCode}}", sandbox); err != nil || !strings.HasPrefix(st, "running") {
+		return nil, fmt.Errorf("the pod's sandbox ended during the init containers: %s %v", st, err)
+	}
 	var later []k8sv1.Container
 	for _, ctr := range pod.Spec.InitContainers {
 		if ctr.RestartPolicy != nil && *ctr.RestartPolicy == k8sv1.ContainerRestartPolicyAlways {
@@ -188,6 +191,7 @@ func startKubeletPod(ctx context.Context, cfg *Config, procs Runtime, pod *k8sv1
 			return nil, err
 		}
 		k.names = append(k.names, containerName(pod, ctr.Name))
+		argv = m.Command(argv...) // inside the node namespace, never the host's podman
 		l, err := procs.Start(ctx, launchrt.Spec{Path: argv[0], Args: argv[1:], Dir: logDir,
 			StderrFile: filepath.Join(logDir, ctr.Name+".log"), StdoutFile: filepath.Join(logDir, ctr.Name+".log"), Truncate: true})
 		if err != nil {
