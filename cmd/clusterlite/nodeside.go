@@ -149,7 +149,7 @@ func (n *nodeSide) stop() error {
 		if names := strings.Fields(out); err == nil && len(names) > 0 {
 			_, err = n.node.Run(ctx, append([]string{"podman", "rm", "--force", "--time", "0"}, names...)...)
 		}
-		errs = append(errs, err, n.node.Stop())
+		errs = append(errs, err, n.mode.RemoveImported(ctx), n.node.Stop())
 	}
 	if n.devices != nil {
 		n.devices.Stop()

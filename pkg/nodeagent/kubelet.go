@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -42,6 +43,9 @@ type KubeletMode struct {
 	ImageDir string
 	// CacheDir is the compute containers' shared QEMU capability cache.
 	CacheDir string
+
+	mu       sync.Mutex
+	imported []string // images pull imported, which RemoveImported removes
 }
 
 // Devices is kubelet's device manager: the healthy count per resource
@@ -327,10 +331,32 @@ func (m *KubeletMode) pull(ctx context.Context, image string) error {
 		return err
 	}
 	sh := fmt.Sprintf("tar -C %q -c . | podman import - %q", folder, image)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, err := m.run(ctx, "podman", "image", "exists", image); err == nil {
+		return nil // imported for another pod meanwhile
+	}
 	if _, err := m.run(ctx, "sh", "-c", sh); err != nil {
 		return fmt.Errorf("importing image %s from %s: %w", image, folder, err)
 	}
+	m.imported = append(m.imported, image)
 	return nil
+}
+
+// RemoveImported removes the images pull imported into podman's store,
+// so that the node leaves the store as it found it.
+func (m *KubeletMode) RemoveImported(ctx context.Context) error {
+	if m == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.imported) == 0 {
+		return nil
+	}
+	_, err := m.run(ctx, append([]string{"podman", "rmi", "--force"}, m.imported...)...)
+	m.imported = nil
+	return err
 }
 
 // imageFolder is the folder of dir that dir/images.json names for image.
