@@ -4,7 +4,10 @@
 // KubeVirt's own operator code, KubeVirt's real virt-controller and
 // virt-api (linked from kubevirt.io/kubevirt v1.6.0, built by
 // tools/clusterlite/build.sh), and our node agent, which plays kubelet and
-// virt-handler and runs our virt-launcher for every VMI.
+// virt-handler and runs our virt-launcher for every VMI. With
+// --node-side virt-handler, KubeVirt's own virt-handler runs in a node
+// PID and mount namespace of the stack's ("clusterlite node-init" is its
+// PID 1) and the agent keeps kubelet's role.
 //
 // Usage:
 //
