@@ -67,8 +67,13 @@ var _ = Describe("KubeVirt's own virt-handler on cluster-lite's node", Label("vi
 			}
 			return node.Labels[v1.NodeSchedulable] + " " + node.Annotations[v1.VirtHandlerHeartbeat]
 		}).WithTimeout(time.Minute).WithPolling(200*time.Millisecond).Should(MatchRegexp(`^true \d{4}-`), "node %s; stack log %s", vhNode, s.logPath)
-		kvm := node.Status.Capacity["devices.kubevirt.io/kvm"]
-		Expect(kvm.Value()).To(BeNumerically(">", 0), "the kvm plugin's healthy devices as the node's capacity: %v", node.Status.Capacity)
+		Eventually(func() int64 {
+			if node, err = kc.CoreV1().Nodes().Get(ctx, vhNode, metav1.GetOptions{}); err != nil {
+				return -1
+			}
+			kvm := node.Status.Capacity["devices.kubevirt.io/kvm"]
+			return kvm.Value()
+		}).WithTimeout(30*time.Second).WithPolling(200*time.Millisecond).Should(BeNumerically(">", 0), "the kvm plugin's healthy devices as the node's capacity")
 
 		By("a VMI of the test guest with no pod network")
 		name := fmt.Sprintf("vh-%d", time.Now().Unix()%100000)
@@ -128,6 +133,32 @@ var _ = Describe("KubeVirt's own virt-handler on cluster-lite's node", Label("vi
 		AddReportEntry("cluster-virt-handler", fmt.Sprintf("VMI created → pod bound %v → VMI Running %v (created → Running %v) with KubeVirt's virt-handler writing its status; pod gone %v after the VMI's deletion; containers %s",
 			bound.Sub(created).Round(100*time.Millisecond), running.Sub(bound).Round(100*time.Millisecond), running.Sub(created).Round(100*time.Millisecond),
 			podGone.Round(100*time.Millisecond), strings.Join(names, ", ")))
+	})
+})
+
+var _ = Describe("the node agent's field manager", Label("virt-handler"), func() {
+	It("is among a VMI's managedFields when the agent plays virt-handler (the control for the virt-handler spec's check that it is not)", func(ctx SpecContext) {
+		if lite == nil {
+			Skip("KUBECONFIG points at another cluster: its node side is not ours")
+		}
+		name := fmt.Sprintf("vh-control-%d", time.Now().Unix()%100000)
+		vmi := testguest.VMI(testguest.Spec{Name: name, Namespace: namespace()})
+		_, err := client.VirtualMachineInstance(namespace()).Create(ctx, vmi, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func(ctx SpecContext) {
+			Expect(client.VirtualMachineInstance(namespace()).Delete(ctx, name, metav1.DeleteOptions{})).To(Succeed())
+			Eventually(func() bool {
+				_, err := client.VirtualMachineInstance(namespace()).Get(ctx, name, metav1.GetOptions{})
+				return apierrors.IsNotFound(err)
+			}).WithTimeout(2*time.Minute).WithPolling(200*time.Millisecond).Should(BeTrue(), "VMI %s deleted", name)
+		})
+		Eventually(func() v1.VirtualMachineInstancePhase {
+			if vmi, err = client.VirtualMachineInstance(namespace()).Get(ctx, name, metav1.GetOptions{}); err != nil {
+				return ""
+			}
+			return vmi.Status.Phase
+		}).WithTimeout(4*time.Minute).WithPolling(200*time.Millisecond).Should(Equal(v1.Running), "VMI %s on the lane's stack", name)
+		Expect(managersOf(vmi.ManagedFields)).To(ContainElement("clusterlite"), "the lane's node agent wrote the VMI's phase")
 	})
 })
 
