@@ -25,12 +25,7 @@ const vhNode = "virt-handler-node"
 
 var _ = Describe("KubeVirt's own virt-handler on cluster-lite's node", Label("virt-handler"), func() {
 	It("runs a test-guest VMI without a pod network to Running, with its status written by virt-handler, and tear-down leaves no container, namespace, mount, image or folder", func(ctx SpecContext) {
-		if lite == nil {
-			Skip("KUBECONFIG points at another cluster: virt-handler is checked on a cluster-lite of its own")
-		}
-		if r := laneRuntime(); r != "podman" {
-			Skip("the node's pods are podman containers of " + launcherImage + ", which podman lacks here (make image)")
-		}
+		skipWithoutPodmanLite("virt-handler")
 		for _, b := range []string{"virt-handler", "virt-chroot"} {
 			if _, err := os.Stat(filepath.Join(liteBinDir(), b)); err != nil {
 				Skip(fmt.Sprintf("KubeVirt's %s is not built in %s: run `make clusterlite VIRT_HANDLER=1`", b, liteBinDir()))
@@ -123,10 +118,7 @@ var _ = Describe("KubeVirt's own virt-handler on cluster-lite's node", Label("vi
 		By("deleting the VMI: virt-handler stops the guest, the agent removes the pod, its containers and its folder")
 		deleted := time.Now()
 		Expect(kc.VirtualMachineInstance(namespace()).Delete(ctx, name, metav1.DeleteOptions{})).To(Succeed())
-		Eventually(func() bool {
-			_, err := kc.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
-			return apierrors.IsNotFound(err)
-		}).WithTimeout(2*time.Minute).WithPolling(200*time.Millisecond).Should(BeTrue(), "pod %s", pod.Name)
+		waitPodGone(ctx, kc, pod)
 		podGone := time.Since(deleted)
 		Eventually(podContainerStates).WithArguments(pod.UID).WithTimeout(time.Minute).Should(BeEmpty())
 		Eventually(func() error { _, err := os.Stat(podDir); return err }).WithTimeout(30 * time.Second).Should(MatchError(os.ErrNotExist))
@@ -161,6 +153,26 @@ var _ = Describe("the node agent's field manager", Label("virt-handler"), func()
 		Expect(managersOf(vmi.ManagedFields)).To(ContainElement("clusterlite"), "the lane's node agent wrote the VMI's phase")
 	})
 })
+
+// waitPodGone waits up to 2 minutes until pod is deleted.
+func waitPodGone(ctx SpecContext, kc kubecli.KubevirtClient, pod *k8sv1.Pod) {
+	Eventually(func() bool {
+		_, err := kc.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	}).WithTimeout(2*time.Minute).WithPolling(200*time.Millisecond).Should(BeTrue(), "pod %s", pod.Name)
+}
+
+// skipWithoutPodmanLite skips a spec that checks what (a node side on a
+// cluster-lite of its own, its pods podman containers) where the lane has
+// no cluster-lite or podman lacks the launcher image.
+func skipWithoutPodmanLite(what string) {
+	if lite == nil {
+		Skip("KUBECONFIG points at another cluster: " + what + " is checked on a cluster-lite of its own")
+	}
+	if r := laneRuntime(); r != "podman" {
+		Skip(what + " runs launcher pods as podman containers of " + launcherImage + ", which podman lacks here (make image)")
+	}
+}
 
 // podContainerStates is the state of every container of the pod by its
 // container name, as the host's podman lists them (a listing only: the

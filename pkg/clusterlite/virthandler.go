@@ -50,15 +50,7 @@ func (cp *ControlPlane) WriteVirtHandlerPKI(dir string, podIP net.IP) (map[strin
 	if files["client.crt"], files["client.key"], err = cp.IssueClientCert(handlerClientCN, nil); err != nil {
 		return nil, fmt.Errorf("issuing virt-handler's client certificate: %w", err)
 	}
-	paths := map[string]string{}
-	for name, data := range files {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, data, 0o600); err != nil {
-			return nil, fmt.Errorf("writing %s: %w", p, err)
-		}
-		paths[name] = p
-	}
-	return paths, nil
+	return writeFiles(dir, files)
 }
 
 // NodeLabellerFiles are the three files virt-handler's node labeller

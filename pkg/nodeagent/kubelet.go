@@ -416,14 +416,7 @@ func (k *kubeletPod) Signal(sig syscall.Signal) error {
 }
 
 // Exit is the compute container's.
-func (k *kubeletPod) Exit() launchrt.Exit {
-	select {
-	case <-k.done:
-		return k.compute.Exit()
-	default:
-		return launchrt.Exit{}
-	}
-}
+func (k *kubeletPod) Exit() launchrt.Exit { return exitOnceDone(k.done, k.compute) }
 
 // Stop is kubelet's pod stop: SIGTERM to every container, SIGKILL (the
 // containers' removal) once grace has passed.

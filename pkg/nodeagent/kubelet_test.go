@@ -16,7 +16,9 @@ import (
 // fakeDevices answers Allocate with one device per resource.
 type fakeDevices struct{ asked map[string]int }
 
-func (f *fakeDevices) Healthy() map[string]int { return map[string]int{"devices.kubevirt.io/kvm": 1000} }
+func (f *fakeDevices) Healthy() map[string]int {
+	return map[string]int{"devices.kubevirt.io/kvm": 1000}
+}
 func (f *fakeDevices) Allocate(_ context.Context, resource string, n int) ([]string, error) {
 	f.asked[resource] = n
 	if resource != "devices.kubevirt.io/kvm" {
