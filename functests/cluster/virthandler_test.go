@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -125,6 +126,46 @@ var _ = Describe("KubeVirt's own virt-handler on cluster-lite's node", Label("vi
 		AddReportEntry("cluster-virt-handler", fmt.Sprintf("VMI created → pod bound %v → VMI Running %v (created → Running %v) with KubeVirt's virt-handler writing its status; pod gone %v after the VMI's deletion; containers %s",
 			bound.Sub(created).Round(100*time.Millisecond), running.Sub(bound).Round(100*time.Millisecond), running.Sub(created).Round(100*time.Millisecond),
 			podGone.Round(100*time.Millisecond), strings.Join(names, ", ")))
+	})
+})
+
+var _ = Describe("a virt-handler stack killed with SIGKILL", Label("virt-handler"), func() {
+	It("takes its node namespace's processes with it, and the next stack of the node removes the containers podman still lists", func() {
+		skipWithoutPodmanLite("virt-handler")
+		if _, err := os.Stat(filepath.Join(liteBinDir(), "virt-handler")); err != nil {
+			Skip("KubeVirt's virt-handler is not built in " + liteBinDir() + ": run `make clusterlite VIRT_HANDLER=1`")
+		}
+		const node = "virt-handler-sigkill-node"
+		listed := func() string {
+			out, err := podman("ps", "--all", "--filter", "label="+nodeagent.LabelNode+"="+node, "--format", "{{.Names}}")
+			Expect(err).NotTo(HaveOccurred(), "podman ps: %s", out)
+			return out
+		}
+		before := tmpEntries()
+		killed := runLite(liteBinDir(), "clusterlite-virt-handler-sigkill.log", "--node-side", "virt-handler", "--node-name", node)
+		DeferCleanup(func() { _ = os.RemoveAll(killed.stateDir) }) // a killed stack cannot remove its folder
+		Eventually(listed).WithTimeout(time.Minute).Should(ContainSubstring("virt-handler"), "virt-handler's container")
+		Expect(killed.proc.Signal(syscall.SIGKILL)).To(Succeed())
+		Eventually(killed.proc.Done()).WithTimeout(10 * time.Second).Should(BeClosed())
+		Eventually(func() []int {
+			var alive []int
+			for _, pid := range killed.pids {
+				if syscall.Kill(pid, 0) == nil {
+					alive = append(alive, pid)
+				}
+			}
+			return alive
+		}).WithTimeout(30*time.Second).WithPolling(50*time.Millisecond).Should(BeEmpty(), "the node namespace's PID 1 and virt-handler's client outlive a SIGKILL of clusterlite up")
+		stale := listed()
+		Expect(stale).To(ContainSubstring("virt-handler"), "podman still lists the killed node's container, its PIDs those of a namespace that is gone")
+
+		next := runLite(liteBinDir(), "clusterlite-virt-handler-after-sigkill.log", "--node-side", "virt-handler", "--node-name", node)
+		next.tmpBefore = before
+		next.tmpBefore[filepath.Base(killed.stateDir)] = true
+		Expect(tail(next.logPath, 100000)).To(ContainSubstring("removing containers a killed node namespace left"))
+		next.stop()
+		Expect(listed()).To(BeEmpty(), "containers of node %s after the second stack's tear-down", node)
+		AddReportEntry("cluster-virt-handler-sigkill", "after a SIGKILL, podman listed "+strings.Join(strings.Fields(stale), ", ")+"; the next stack of the node removed it from a fresh PID namespace")
 	})
 })
 
