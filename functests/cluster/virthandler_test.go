@@ -26,12 +26,7 @@ const vhNode = "virt-handler-node"
 
 var _ = Describe("KubeVirt's own virt-handler on cluster-lite's node", Label("virt-handler"), func() {
 	It("runs a test-guest VMI without a pod network to Running, with its status written by virt-handler, and tear-down leaves no container, namespace, mount, image or folder", func(ctx SpecContext) {
-		skipWithoutPodmanLite("virt-handler")
-		for _, b := range []string{"virt-handler", "virt-chroot"} {
-			if _, err := os.Stat(filepath.Join(liteBinDir(), b)); err != nil {
-				Skip(fmt.Sprintf("KubeVirt's %s is not built in %s: run `make clusterlite VIRT_HANDLER=1`", b, liteBinDir()))
-			}
-		}
+		skipWithoutVirtHandler()
 		_, imageErr := podman("image", "exists", testguest.Image)
 		hadImage := imageErr == nil
 
@@ -131,10 +126,7 @@ var _ = Describe("KubeVirt's own virt-handler on cluster-lite's node", Label("vi
 
 var _ = Describe("a virt-handler stack killed with SIGKILL", Label("virt-handler"), func() {
 	It("takes its node namespace's processes with it, and the next stack of the node removes the containers podman still lists", func() {
-		skipWithoutPodmanLite("virt-handler")
-		if _, err := os.Stat(filepath.Join(liteBinDir(), "virt-handler")); err != nil {
-			Skip("KubeVirt's virt-handler is not built in " + liteBinDir() + ": run `make clusterlite VIRT_HANDLER=1`")
-		}
+		skipWithoutVirtHandler()
 		const node = "virt-handler-sigkill-node"
 		listed := func() string {
 			out, err := podman("ps", "--all", "--filter", "label="+nodeagent.LabelNode+"="+node, "--format", "{{.Names}}")
@@ -171,9 +163,7 @@ var _ = Describe("a virt-handler stack killed with SIGKILL", Label("virt-handler
 
 var _ = Describe("the node agent's field manager", Label("virt-handler"), func() {
 	It("is among a VMI's managedFields when the agent plays virt-handler (the control for the virt-handler spec's check that it is not)", func(ctx SpecContext) {
-		if lite == nil {
-			Skip("KUBECONFIG points at another cluster: its node side is not ours")
-		}
+		skipWithoutVirtHandler() // a control for those specs, run with them
 		name := fmt.Sprintf("vh-control-%d", time.Now().Unix()%100000)
 		vmi := testguest.VMI(testguest.Spec{Name: name, Namespace: namespace()})
 		_, err := client.VirtualMachineInstance(namespace()).Create(ctx, vmi, metav1.CreateOptions{})
@@ -201,6 +191,18 @@ func waitPodGone(ctx SpecContext, kc kubecli.KubevirtClient, pod *k8sv1.Pod) {
 		_, err := kc.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	}).WithTimeout(2*time.Minute).WithPolling(200*time.Millisecond).Should(BeTrue(), "pod %s", pod.Name)
+}
+
+// skipWithoutVirtHandler skips the virt-handler specs where they cannot
+// run: no cluster-lite or podman of the lane's, or KubeVirt's virt-handler
+// not built (make test does not build it).
+func skipWithoutVirtHandler() {
+	skipWithoutPodmanLite("virt-handler")
+	for _, b := range []string{"virt-handler", "virt-chroot"} {
+		if _, err := os.Stat(filepath.Join(liteBinDir(), b)); err != nil {
+			Skip(fmt.Sprintf("KubeVirt's %s is not built in %s: run `make clusterlite VIRT_HANDLER=1`", b, liteBinDir()))
+		}
+	}
 }
 
 // skipWithoutPodmanLite skips a spec that checks what (a node side on a
