@@ -17,9 +17,11 @@ require (
 	go.podman.io/image/v5 v5.42.1
 	go.podman.io/storage v1.65.1
 	golang.org/x/sys v0.49.0
+	google.golang.org/grpc v1.83.2
 	k8s.io/api v0.32.5
 	k8s.io/apimachinery v0.32.5
 	k8s.io/client-go v0.32.5
+	k8s.io/kubelet v0.32.5
 	k8s.io/utils v0.0.0-20241104100929-3ea5e8cea738
 	kubevirt.io/api v1.6.0
 	kubevirt.io/client-go v1.6.0
@@ -95,6 +97,7 @@ require (
 	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.11.0 // indirect
 	golang.org/x/tools v0.51.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260825221802-da73d73af1c5 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/evanphx/json-patch.v4 v4.12.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect

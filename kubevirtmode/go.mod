@@ -19,7 +19,7 @@ require (
 	github.com/spf13/pflag v1.1.0
 	golang.org/x/sync v0.24.0
 	golang.org/x/sys v0.49.0
-	google.golang.org/grpc v1.65.0
+	google.golang.org/grpc v1.83.2
 	k8s.io/apimachinery v0.32.5
 	k8s.io/client-go v12.0.0+incompatible
 	kubevirt.io/api v1.6.0
@@ -91,7 +91,7 @@ require (
 	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.11.0 // indirect
 	golang.org/x/tools v0.51.0 // indirect
-	google.golang.org/genproto/googleapis/rpc v0.0.0-20240826202546-f6391c0de4c7 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260825221802-da73d73af1c5 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/evanphx/json-patch.v4 v4.12.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect

@@ -4,7 +4,10 @@
 // KubeVirt's own operator code, KubeVirt's real virt-controller and
 // virt-api (linked from kubevirt.io/kubevirt v1.6.0, built by
 // tools/clusterlite/build.sh), and our node agent, which plays kubelet and
-// virt-handler and runs our virt-launcher for every VMI.
+// virt-handler and runs our virt-launcher for every VMI. With
+// --node-side virt-handler, KubeVirt's own virt-handler runs in a node
+// PID and mount namespace of the stack's ("clusterlite node-init" is its
+// PID 1) and the agent keeps kubelet's role.
 //
 // Usage:
 //
@@ -39,6 +42,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/crashloop-harness/crashloop/pkg/clusterlite"
 	"github.com/crashloop-harness/crashloop/pkg/nodeagent"
 )
 
@@ -51,6 +55,15 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "usage: clusterlite up [flags]   (clusterlite up --help lists the flags)")
 		if len(args) == 0 {
 			return 3
+		}
+		return 0
+	}
+	if args[0] == clusterlite.NodeInitCommand {
+		// The node namespace's PID 1 (--node-side virt-handler), started
+		// by "up" itself.
+		if err := clusterlite.NodeInit(args[1:]); err != nil {
+			fmt.Fprintf(os.Stderr, "clusterlite %s: %v\n", clusterlite.NodeInitCommand, err)
+			return 1
 		}
 		return 0
 	}
@@ -95,6 +108,7 @@ type upOptions struct {
 	runtime     string
 	mode        string
 	driver      string
+	nodeSide    string
 }
 
 func parseUp(args []string) (upOptions, error) {
@@ -114,7 +128,11 @@ func parseUp(args []string) (upOptions, error) {
 	fs.StringVar(&o.runtime, "launcher-runtime", "auto", "how the node agent runs launcher pods: podman (a container of the pod's image, with its resources as cgroup limits), process (bare processes of --launcher), or auto (podman when it works and has the image, else process, said once at warn level)")
 	fs.StringVar(&o.mode, "launcher-mode", "direct", "what runs in a launcher pod: direct (our virt-launcher for the pod's VMI, the node agent following its events) or kubevirt (the pod's own command line, virt-launcher-monitor, in a podman container with the pod's volumes, driven over KubeVirt's gRPC protocol by --driver beside it; needs podman and the image)")
 	fs.StringVar(&o.driver, "driver", filepath.Join(binDir, "virt-handler-driver"), "kubevirtmode's virt-handler-driver, for --launcher-mode kubevirt (make kubevirtmode)")
+	fs.StringVar(&o.nodeSide, "node-side", "agent", "who plays the node: agent (our node agent plays kubelet and virt-handler) or virt-handler (KubeVirt's own virt-handler from --bin-dir runs in a node namespace, the agent keeps kubelet's role; needs podman, the launcher image and `make clusterlite VIRT_HANDLER=1`)")
 	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if err := o.checkNodeSide(); err != nil {
 		return o, err
 	}
 	switch o.runtime {

@@ -26,6 +26,9 @@ func TestParseUpErrors(t *testing.T) {
 		`--launcher-mode "virt": want direct or kubevirt`:           append(append([]string{}, good...), "--launcher-mode", "virt"),
 		"KubeVirt mode runs launcher pods as podman containers":     append(append([]string{}, good...), "--launcher-mode", "kubevirt", "--launcher-runtime", "process"),
 		"--driver /nonexistent":                                     append(append([]string{}, good...), "--launcher-mode", "kubevirt", "--driver", "/nonexistent"),
+		`--node-side "kubelet": want agent or virt-handler`:         append(append([]string{}, good...), "--node-side", "kubelet"),
+		"virt-handler: no such file or directory (build with `make clusterlite VIRT_HANDLER=1`)": append(append([]string{}, good...), "--node-side", "virt-handler"),
+		"give neither --launcher-mode nor --launcher-runtime process":                            append(append([]string{}, good...), "--node-side", "virt-handler", "--launcher-runtime", "process"),
 	}
 	for want, args := range cases {
 		if _, err := parseUp(args); err == nil || !strings.Contains(err.Error(), want) {

@@ -46,6 +46,7 @@ type stack struct {
 	api, ctl  *clusterlite.Process
 	agentStop context.CancelFunc
 	agentDone chan error
+	node      *nodeSide // --node-side virt-handler
 	stateDir  string
 	keepState bool
 }
@@ -80,11 +81,14 @@ func up(ctx context.Context, o upOptions, log *slog.Logger) (err error) {
 	manifests := []string{"--apply", "--kubeconfig", s.cp.KubeconfigPath(), "--ca-bundle", files["ca.crt"],
 		"--virt-api-service-ip", ip.String(), "--launcher-image", launcherImage, "-o", "yaml"}
 	_, kv := o.agentMode()
-	manifests = append(manifests, clusterlite.EmulationArgs(kv != nil, log)...)
+	manifests = append(manifests, clusterlite.EmulationArgs(kv != nil || o.nodeSide == nodeSideHandler, log)...)
 	if err := runLogged(ctx, filepath.Join(s.stateDir, "kubevirt-manifests.log"), filepath.Join(o.binDir, "kubevirt-manifests"), manifests...); err != nil {
 		return fmt.Errorf("installing KubeVirt's CRDs and objects: %w", err)
 	}
 	if err := s.startKubeVirt(o.binDir, ip, files); err != nil {
+		return err
+	}
+	if err := s.startNodeSide(ctx, o); err != nil {
 		return err
 	}
 	if err := s.startAgent(ctx, o); err != nil {
@@ -151,15 +155,17 @@ func (s *stack) startAgent(ctx context.Context, o upOptions) error {
 		return fmt.Errorf("node agent client: %w", err)
 	}
 	runtime, kvMode := o.agentMode()
-	rt, err := clusterlite.ChooseRuntime(ctx, clusterlite.RuntimeChoice{Mode: runtime, Launcher: o.launcher,
-		Image: launcherImage, NodeName: o.nodeName, CacheDir: filepath.Join(s.stateDir, "qemu-capabilities")}, s.log)
-	if err != nil {
-		return err
+	var rt nodeagent.Runtime
+	if s.node == nil { // with virt-handler, pods run inside the node namespace
+		if rt, err = clusterlite.ChooseRuntime(ctx, clusterlite.RuntimeChoice{Mode: runtime, Launcher: o.launcher,
+			Image: launcherImage, NodeName: o.nodeName, CacheDir: filepath.Join(s.stateDir, "qemu-capabilities")}, s.log); err != nil {
+			return err
+		}
 	}
 	agent, err := nodeagent.New(nodeagent.Config{
 		Client: kv, NodeName: o.nodeName, LauncherPath: o.launcher,
 		LauncherArgs:   []string{"--image-dir", o.imageDir, "--log-level", o.launcherLog},
-		ReadOnlyMounts: []string{o.imageDir}, Runtime: rt, KubeVirt: kvMode,
+		ReadOnlyMounts: []string{o.imageDir}, Runtime: rt, KubeVirt: kvMode, Kubelet: s.node.kubelet(),
 		WorkDir: filepath.Join(s.stateDir, "node"), Logger: s.log,
 	})
 	if err != nil {
@@ -194,6 +200,7 @@ func (s *stack) teardown() error {
 			errs = append(errs, fmt.Errorf("node agent: %w", err))
 		}
 	}
+	errs = append(errs, s.node.stop())
 	stop(s.api)
 	if s.cp != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -233,18 +240,4 @@ func runLogged(ctx context.Context, logPath, bin string, args ...string) error {
 		return fmt.Errorf("%s: %v\n%s", filepath.Base(bin), e, strings.Join(lines, "\n"))
 	}
 	return nil
-}
-
-// writePIDs records every process the stack started, for whoever checks
-// that tear-down leaves none.
-func (s *stack) writePIDs(path string) error {
-	var b strings.Builder
-	pids := s.cp.PIDs()
-	for _, p := range []*clusterlite.Process{s.api, s.ctl} {
-		pids = append(pids, p.PIDs()...)
-	}
-	for _, pid := range pids {
-		fmt.Fprintln(&b, pid)
-	}
-	return os.WriteFile(path, []byte(b.String()), 0o644)
 }

@@ -9,7 +9,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	v1 "kubevirt.io/api/core/v1"
 	"kubevirt.io/client-go/kubecli"
@@ -27,12 +26,7 @@ const kvModeNode = "kubevirt-mode-node"
 
 var _ = Describe("launcher pods in KubeVirt mode", Label("kubevirt-mode"), func() {
 	It("runs a VMI to Running through the pod's own virt-launcher-monitor, driven over KubeVirt's gRPC protocol, with its QEMU inside the pod's container", func(ctx SpecContext) {
-		if lite == nil {
-			Skip("KUBECONFIG points at another cluster: KubeVirt mode is checked on a cluster-lite of its own")
-		}
-		if r := laneRuntime(); r != "podman" {
-			Skip("KubeVirt mode runs launcher pods as podman containers of " + launcherImage + ", which podman lacks here (make image)")
-		}
+		skipWithoutPodmanLite("KubeVirt mode")
 		driver := filepath.Join(built.BinDir(), "virt-handler-driver")
 		_, err := os.Stat(driver)
 		Expect(err).NotTo(HaveOccurred(), "the driver is missing: run `make kubevirtmode`")
@@ -106,10 +100,7 @@ var _ = Describe("launcher pods in KubeVirt mode", Label("kubevirt-mode"), func(
 		By("deleting the VM stops the guest through the driver and removes the pod and its container")
 		deleted := time.Now()
 		Expect(kc.VirtualMachine(namespace()).Delete(ctx, name, metav1.DeleteOptions{})).To(Succeed())
-		Eventually(func() bool {
-			_, err := kc.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
-			return apierrors.IsNotFound(err)
-		}).WithTimeout(2*time.Minute).WithPolling(200*time.Millisecond).Should(BeTrue(), "pod %s", pod.Name)
+		waitPodGone(ctx, kc, pod)
 		Eventually(func() []inspected { return containersOfPod(pod.UID) }).WithTimeout(time.Minute).Should(BeEmpty())
 		Eventually(func() []int { return qemu.FindQEMU(namespace()+"_"+name, "") }).WithTimeout(30 * time.Second).Should(BeEmpty())
 		AddReportEntry("cluster-kubevirt-mode", fmt.Sprintf("VM created to VMI Running in %v through %s; pod gone %v after the VM's deletion; events: %s",

@@ -523,3 +523,9 @@ func (cp *ControlPlane) CAPEM() []byte { return cp.ca.CertPEM() }
 func (cp *ControlPlane) IssueServingCert(dnsNames []string, ips []net.IP) (certPEM, keyPEM []byte, err error) {
 	return cp.ca.IssueServingCert(dnsNames, ips)
 }
+
+// IssueNamedServingCert is IssueServingCert with the common name given
+// (see CA.IssueNamedServingCert).
+func (cp *ControlPlane) IssueNamedServingCert(cn string, dnsNames []string, ips []net.IP) (certPEM, keyPEM []byte, err error) {
+	return cp.ca.IssueNamedServingCert(cn, dnsNames, ips)
+}

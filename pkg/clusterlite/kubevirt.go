@@ -41,6 +41,12 @@ func (cp *ControlPlane) WriteKubeVirtPKI(dir string, ip net.IP) (map[string]stri
 	if files["virt-controller.crt"], files["virt-controller.key"], err = cp.IssueServingCert([]string{"localhost", "virt-controller.kubevirt.svc"}, []net.IP{net.IPv4(127, 0, 0, 1)}); err != nil {
 		return nil, fmt.Errorf("issuing virt-controller's certificate: %w", err)
 	}
+	return writeFiles(dir, files)
+}
+
+// writeFiles writes files (by name) into dir, readable by root only, and
+// returns their paths by name.
+func writeFiles(dir string, files map[string][]byte) (map[string]string, error) {
 	paths := map[string]string{}
 	for name, data := range files {
 		p := filepath.Join(dir, name)

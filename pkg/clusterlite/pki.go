@@ -85,14 +85,24 @@ func (ca *CA) Pool() *x509.CertPool {
 // name is the first DNS name, or the first IP. Both results are PEM: the
 // certificate alone (not the chain) and the PKCS#8 private key.
 func (ca *CA) IssueServingCert(dnsNames []string, ips []net.IP) (certPEM, keyPEM []byte, err error) {
-	if len(dnsNames) == 0 && len(ips) == 0 {
-		return nil, nil, errors.New("issue serving certificate: no DNS name and no IP")
-	}
 	cn := ""
 	if len(dnsNames) > 0 {
 		cn = dnsNames[0]
-	} else {
+	} else if len(ips) > 0 {
 		cn = ips[0].String()
+	}
+	return ca.IssueNamedServingCert(cn, dnsNames, ips)
+}
+
+// IssueNamedServingCert is IssueServingCert with the common name given:
+// KubeVirt's components check their peers' common names
+// (kubevirt.io:system:node:virt-handler for virt-handler's server).
+func (ca *CA) IssueNamedServingCert(cn string, dnsNames []string, ips []net.IP) (certPEM, keyPEM []byte, err error) {
+	if len(dnsNames) == 0 && len(ips) == 0 {
+		return nil, nil, errors.New("issue serving certificate: no DNS name and no IP")
+	}
+	if cn == "" {
+		return nil, nil, errors.New("issue serving certificate: empty common name")
 	}
 	tmpl := &x509.Certificate{
 		Subject:     pkix.Name{CommonName: cn},

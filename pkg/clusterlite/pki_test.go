@@ -146,3 +146,25 @@ func TestServiceAccountKeys(t *testing.T) {
 		t.Error("public key does not belong to the private key")
 	}
 }
+
+func TestIssueNamedServingCertTakesTheCommonNameGiven(t *testing.T) {
+	ca, err := NewCA("test-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, _, err := ca.IssueNamedServingCert(handlerServerCN, []string{"virt-handler.kubevirt.svc"}, []net.IP{net.ParseIP("10.254.0.11")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(certPEM)
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cert.Subject.CommonName != handlerServerCN || cert.DNSNames[0] != "virt-handler.kubevirt.svc" || !cert.IPAddresses[0].Equal(net.ParseIP("10.254.0.11")) {
+		t.Errorf("subject %q, DNS %v, IPs %v", cert.Subject.CommonName, cert.DNSNames, cert.IPAddresses)
+	}
+	if _, _, err := ca.IssueNamedServingCert("", []string{"x"}, nil); err == nil {
+		t.Error("an empty common name was accepted")
+	}
+}

@@ -31,7 +31,6 @@ import (
 
 	k8sv1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -68,6 +67,9 @@ type Config struct {
 	// own command line and volumes, a driver beside it); it needs the
 	// Podman runtime. Nil runs our virt-launcher directly.
 	KubeVirt *KubeVirtMode
+	// Kubelet, when set, is the node side with KubeVirt's own
+	// virt-handler: the agent keeps only kubelet's role (KubeletMode).
+	Kubelet *KubeletMode
 	// WorkDir holds one folder per pod: the VMI manifest, the launcher's
 	// events, log and console.
 	WorkDir string
@@ -177,8 +179,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), a.pods.HasSynced, a.vmis.HasSynced) {
 		return a.shutdown(ctx.Err())
 	}
-	a.cfg.Logger.Info("node agent ready", "runtime", a.runtime.Name(), "kubevirtMode", a.cfg.KubeVirt != nil)
-	go a.heartbeat(ctx)
+	a.cfg.Logger.Info("node agent ready", "runtime", a.runtime.Name(), "kubevirtMode", a.cfg.KubeVirt != nil, "kubeletOnly", a.cfg.Kubelet != nil)
+	if a.cfg.Kubelet != nil {
+		go a.nodeStatus(ctx)
+	} else {
+		go a.heartbeat(ctx)
+	}
 	for i := 0; i < 2; i++ {
 		go a.work(ctx)
 	}
@@ -280,28 +286,24 @@ func (a *Agent) registerNode(ctx context.Context) error {
 	if node.Labels == nil {
 		node.Labels = map[string]string{}
 	}
-	for k, v := range map[string]string{
-		"kubernetes.io/hostname": a.cfg.NodeName, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-		v1.NodeSchedulable: "true",
-		// virt-handler's node labeller advertises the machine types that
-		// KubeVirt's launcher pods select.
-		v1.SupportedMachineTypeLabel + "q35": "true",
-	} {
+	labels := map[string]string{"kubernetes.io/hostname": a.cfg.NodeName, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
+	if a.cfg.Kubelet == nil {
+		// virt-handler's part: schedulable, and its node labeller
+		// advertises the machine types that launcher pods select.
+		labels[v1.NodeSchedulable] = "true"
+		labels[v1.SupportedMachineTypeLabel+"q35"] = "true"
+		if node.Annotations == nil {
+			node.Annotations = map[string]string{}
+		}
+		node.Annotations[v1.VirtHandlerHeartbeat] = heartbeatStamp(time.Now())
+	}
+	for k, v := range labels {
 		node.Labels[k] = v
 	}
-	if node.Annotations == nil {
-		node.Annotations = map[string]string{}
-	}
-	node.Annotations[v1.VirtHandlerHeartbeat] = heartbeatStamp(time.Now())
 	if node, err = nodes.Update(ctx, node, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("node agent: labelling node %s: %w", a.cfg.NodeName, err)
 	}
-	capacity := k8sv1.ResourceList{
-		k8sv1.ResourceCPU: resource.MustParse("2"), k8sv1.ResourceMemory: resource.MustParse("16Gi"),
-		k8sv1.ResourcePods:        resource.MustParse("110"),
-		"devices.kubevirt.io/kvm": resource.MustParse("1k"), "devices.kubevirt.io/tun": resource.MustParse("1k"),
-		"devices.kubevirt.io/vhost-net": resource.MustParse("1k"),
-	}
+	capacity := a.capacity()
 	node.Status.Capacity, node.Status.Allocatable = capacity, capacity
 	node.Status.Addresses = []k8sv1.NodeAddress{{Type: k8sv1.NodeHostName, Address: a.cfg.NodeName}, {Type: k8sv1.NodeInternalIP, Address: "127.0.0.1"}}
 	now := metav1.Now()
@@ -377,7 +379,7 @@ func (a *Agent) newContainer(pod *k8sv1.Pod, vmi *v1.VirtualMachineInstance, arg
 	c := &container{
 		podKey: types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, podUID: pod.UID,
 		vmiKey: types.NamespacedName{Namespace: vmi.Namespace, Name: vmi.Name}, vmiUID: vmi.UID,
-		args: args, image: image, res: res, layout: layout, dir: launcherapi.Dir(filepath.Join(a.cfg.WorkDir, pod.Namespace+"_"+pod.Name+"_"+string(pod.UID))),
+		args: args, image: image, res: res, layout: layout, pod: pod.DeepCopy(), dir: launcherapi.Dir(filepath.Join(a.cfg.WorkDir, pod.Namespace+"_"+pod.Name+"_"+string(pod.UID))),
 		startedAt: time.Now(), done: make(chan struct{}),
 	}
 	a.containers[pod.UID] = c

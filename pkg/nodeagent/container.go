@@ -101,6 +101,7 @@ type container struct {
 	image  string             // the compute container's image
 	res    launchrt.Resources // the compute container's resources
 	layout *podLayout         // the pod's command and volumes, in KubeVirt mode
+	pod    *k8sv1.Pod         // the pod as bound, in kubelet-only mode
 
 	mu        sync.Mutex
 	startedAt time.Time         // when the container started (pod Running)

@@ -205,10 +205,14 @@ func (k *kubevirtPod) Done() <-chan struct{} { return k.done }
 func (k *kubevirtPod) Signal(sig syscall.Signal) error { return k.driver.Signal(sig) }
 
 // Exit is the compute container's exit.
-func (k *kubevirtPod) Exit() launchrt.Exit {
+func (k *kubevirtPod) Exit() launchrt.Exit { return exitOnceDone(k.done, k.compute) }
+
+// exitOnceDone is compute's exit once done is closed (a pod of several
+// processes has ended), the zero Exit before.
+func exitOnceDone(done <-chan struct{}, compute launchrt.Launcher) launchrt.Exit {
 	select {
-	case <-k.done:
-		return k.compute.Exit()
+	case <-done:
+		return compute.Exit()
 	default:
 		return launchrt.Exit{}
 	}

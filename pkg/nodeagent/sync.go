@@ -68,7 +68,13 @@ func (a *Agent) syncPod(ctx context.Context, key string) error {
 			layout = &l
 		}
 		c = a.newContainer(pod, vmi, args, image, res, layout)
-		if args.SimulateCrash {
+		if a.cfg.Kubelet != nil {
+			// kubelet starts a bound pod at once; virt-handler takes the
+			// VMI from there.
+			if err := c.launchKubelet(ctx, &a.cfg, a.procs, a.notifier(c)); err != nil {
+				return a.failPod(ctx, pod, err)
+			}
+		} else if args.SimulateCrash {
 			// KubeVirt's launcher crashes as soon as its container starts.
 			if err := a.launch(ctx, c, vmi); err != nil {
 				return a.failPod(ctx, pod, err)
@@ -96,6 +102,9 @@ func (a *Agent) syncPod(ctx context.Context, key string) error {
 			return err
 		}
 		a.forget(c)
+		if a.cfg.Kubelet != nil {
+			a.cfg.Kubelet.removePodDir(pod.UID, a.cfg.Logger)
+		}
 		return nil
 	}
 	return a.reportPod(ctx, pod, c.snapshot())
@@ -258,8 +267,8 @@ func (a *Agent) syncVMI(ctx context.Context, key string) error {
 	}
 	vmi := obj.(*v1.VirtualMachineInstance)
 	c := a.containerOfVMI(vmi.UID)
-	if c == nil {
-		return nil
+	if c == nil || a.cfg.Kubelet != nil {
+		return nil // in kubelet-only mode VMIs are virt-handler's
 	}
 	if vmi.DeletionTimestamp != nil && !vmi.IsFinal() {
 		c.stop(a.cfg.Logger, graceOr(gracePeriod(vmi), 30*time.Second))
@@ -334,6 +343,9 @@ func finalPhase(s snapshot) (v1.VirtualMachineInstancePhase, string) {
 
 // reportVMI moves the VMI to the phase its launcher's state calls for.
 func (a *Agent) reportVMI(ctx context.Context, cached *v1.VirtualMachineInstance, s snapshot) error {
+	if a.cfg.Kubelet != nil {
+		return nil // virt-handler's
+	}
 	to, reason := vmiTransition(cached.Status.Phase, s)
 	if to == "" {
 		return nil

@@ -1,0 +1,243 @@
+package cluster_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	k8sv1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	v1 "kubevirt.io/api/core/v1"
+	"kubevirt.io/client-go/kubecli"
+
+	"github.com/crashloop-harness/crashloop/functests/testguest"
+	"github.com/crashloop-harness/crashloop/pkg/nodeagent"
+)
+
+// vhNode is the node of the stack with KubeVirt's own virt-handler.
+const vhNode = "virt-handler-node"
+
+var _ = Describe("KubeVirt's own virt-handler on cluster-lite's node", Label("virt-handler"), func() {
+	It("runs a test-guest VMI without a pod network to Running, with its status written by virt-handler, and tear-down leaves no container, namespace, mount, image or folder", func(ctx SpecContext) {
+		skipWithoutVirtHandler()
+		_, imageErr := podman("image", "exists", testguest.Image)
+		hadImage := imageErr == nil
+
+		By("a second cluster-lite whose node side is KubeVirt's virt-handler")
+		before := tmpEntries()
+		s := runLite(liteBinDir(), "clusterlite-virt-handler.log", "--node-side", "virt-handler", "--node-name", vhNode)
+		s.tmpBefore = before
+		DeferCleanup(func() {
+			s.stop()
+			out, err := podman("ps", "--all", "--filter", "label="+nodeagent.LabelNode+"="+vhNode, "--format", "{{.Names}}")
+			Expect(err).NotTo(HaveOccurred(), "podman ps: %s", out)
+			Expect(out).To(BeEmpty(), "containers of node %s left after tear-down", vhNode)
+			mounts, err := os.ReadFile("/proc/self/mountinfo")
+			Expect(err).NotTo(HaveOccurred())
+			Expect(string(mounts)).NotTo(ContainSubstring(s.stateDir), "mounts under the state folder left on the host")
+			if !hadImage {
+				_, err := podman("image", "exists", testguest.Image)
+				Expect(err).To(HaveOccurred(), "the node imported %s and left it in podman's store", testguest.Image)
+			}
+		})
+		kc, err := kubecli.GetKubevirtClientFromFlags("", s.kubeconfig)
+		Expect(err).NotTo(HaveOccurred())
+
+		By("virt-handler makes the node schedulable once its device plugins registered with the agent's Registration server")
+		var node *k8sv1.Node
+		Eventually(func() string {
+			if node, err = kc.CoreV1().Nodes().Get(ctx, vhNode, metav1.GetOptions{}); err != nil {
+				return err.Error()
+			}
+			return node.Labels[v1.NodeSchedulable] + " " + node.Annotations[v1.VirtHandlerHeartbeat]
+		}).WithTimeout(time.Minute).WithPolling(200*time.Millisecond).Should(MatchRegexp(`^true \d{4}-`), "node %s; stack log %s", vhNode, s.logPath)
+		Eventually(func() int64 {
+			if node, err = kc.CoreV1().Nodes().Get(ctx, vhNode, metav1.GetOptions{}); err != nil {
+				return -1
+			}
+			kvm := node.Status.Capacity["devices.kubevirt.io/kvm"]
+			return kvm.Value()
+		}).WithTimeout(30*time.Second).WithPolling(200*time.Millisecond).Should(BeNumerically(">", 0), "the kvm plugin's healthy devices as the node's capacity")
+
+		By("a VMI of the test guest with no pod network")
+		name := fmt.Sprintf("vh-%d", time.Now().Unix()%100000)
+		vmi := testguest.VMI(testguest.Spec{Name: name, Namespace: namespace()})
+		noPodNet := false
+		vmi.Spec.Domain.Devices.AutoattachPodInterface = &noPodNet
+		created := time.Now()
+		vmi, err = kc.VirtualMachineInstance(namespace()).Create(ctx, vmi, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		byVMI := metav1.ListOptions{LabelSelector: v1.CreatedByLabel + "=" + string(vmi.UID)}
+		var bound time.Time
+		var pod *k8sv1.Pod
+		Eventually(func() v1.VirtualMachineInstancePhase {
+			if bound.IsZero() {
+				pods, err := kc.CoreV1().Pods(namespace()).List(ctx, byVMI)
+				if err == nil && len(pods.Items) == 1 && pods.Items[0].Spec.NodeName == vhNode {
+					bound, pod = time.Now(), &pods.Items[0]
+				}
+			}
+			if vmi, err = kc.VirtualMachineInstance(namespace()).Get(ctx, name, metav1.GetOptions{}); err != nil {
+				return ""
+			}
+			return vmi.Status.Phase
+		}).WithTimeout(4*time.Minute).WithPolling(100*time.Millisecond).Should(Equal(v1.Running), "VMI %s; stack log %s", name, s.logPath)
+		running := time.Now()
+		Expect(pod).NotTo(BeNil(), "the launcher pod was never seen bound to %s", vhNode)
+
+		By("the VMI's status is virt-handler's: its managedFields, and nothing of the node agent's")
+		managers := managersOf(vmi.ManagedFields)
+		Expect(managers).To(ContainElement("virt-handler"), "managedFields of VMI %s", name)
+		Expect(managers).NotTo(ContainElement("clusterlite"), "the node agent writes nothing to VMIs in this mode")
+		Expect(vmi.Status.NodeName).To(Equal(vhNode))
+		Expect(vmi.Status.ActivePods).To(HaveKeyWithValue(pod.UID, vhNode))
+
+		By("every container of the launcher pod runs, as containers of one pod")
+		states := podContainerStates(pod.UID)
+		var names []string
+		for name, state := range states {
+			Expect(state).To(HavePrefix("Up"), "container %s", name)
+			names = append(names, name)
+		}
+		Expect(names).To(ConsistOf("POD", "compute", "guest-console-log", "volume"+testguest.Disk, "volumekernel-boot-volume"))
+		podDir := filepath.Join(s.stateDir, "nodens", "kubelet", "pods", string(pod.UID))
+		_, err = os.Stat(filepath.Join(podDir, "volumes", "kubernetes.io~empty-dir", "sockets", "launcher-sock"))
+		Expect(err).NotTo(HaveOccurred(), "the launcher socket in the pod's sockets emptyDir at kubelet's path, where virt-handler found it")
+
+		By("deleting the VMI: virt-handler stops the guest, the agent removes the pod, its containers and its folder")
+		deleted := time.Now()
+		Expect(kc.VirtualMachineInstance(namespace()).Delete(ctx, name, metav1.DeleteOptions{})).To(Succeed())
+		waitPodGone(ctx, kc, pod)
+		podGone := time.Since(deleted)
+		Eventually(podContainerStates).WithArguments(pod.UID).WithTimeout(time.Minute).Should(BeEmpty())
+		Eventually(func() error { _, err := os.Stat(podDir); return err }).WithTimeout(30 * time.Second).Should(MatchError(os.ErrNotExist))
+		AddReportEntry("cluster-virt-handler", fmt.Sprintf("VMI created → pod bound %v → VMI Running %v (created → Running %v) with KubeVirt's virt-handler writing its status; pod gone %v after the VMI's deletion; containers %s",
+			bound.Sub(created).Round(100*time.Millisecond), running.Sub(bound).Round(100*time.Millisecond), running.Sub(created).Round(100*time.Millisecond),
+			podGone.Round(100*time.Millisecond), strings.Join(names, ", ")))
+	})
+})
+
+var _ = Describe("a virt-handler stack killed with SIGKILL", Label("virt-handler"), func() {
+	It("takes its node namespace's processes with it, and the next stack of the node removes the containers podman still lists", func() {
+		skipWithoutVirtHandler()
+		const node = "virt-handler-sigkill-node"
+		listed := func() string {
+			out, err := podman("ps", "--all", "--filter", "label="+nodeagent.LabelNode+"="+node, "--format", "{{.Names}}")
+			Expect(err).NotTo(HaveOccurred(), "podman ps: %s", out)
+			return out
+		}
+		before := tmpEntries()
+		killed := runLite(liteBinDir(), "clusterlite-virt-handler-sigkill.log", "--node-side", "virt-handler", "--node-name", node)
+		DeferCleanup(func() { _ = os.RemoveAll(killed.stateDir) }) // a killed stack cannot remove its folder
+		Eventually(listed).WithTimeout(time.Minute).Should(ContainSubstring("virt-handler"), "virt-handler's container")
+		Expect(killed.proc.Signal(syscall.SIGKILL)).To(Succeed())
+		Eventually(killed.proc.Done()).WithTimeout(10 * time.Second).Should(BeClosed())
+		Eventually(func() []int {
+			var alive []int
+			for _, pid := range killed.pids {
+				if syscall.Kill(pid, 0) == nil {
+					alive = append(alive, pid)
+				}
+			}
+			return alive
+		}).WithTimeout(30*time.Second).WithPolling(50*time.Millisecond).Should(BeEmpty(), "the node namespace's PID 1 and virt-handler's client outlive a SIGKILL of clusterlite up")
+		stale := listed()
+		Expect(stale).To(ContainSubstring("virt-handler"), "podman still lists the killed node's container, its PIDs those of a namespace that is gone")
+
+		next := runLite(liteBinDir(), "clusterlite-virt-handler-after-sigkill.log", "--node-side", "virt-handler", "--node-name", node)
+		next.tmpBefore = before
+		next.tmpBefore[filepath.Base(killed.stateDir)] = true
+		Expect(tail(next.logPath, 100000)).To(ContainSubstring("removing containers a killed node namespace left"))
+		next.stop()
+		Expect(listed()).To(BeEmpty(), "containers of node %s after the second stack's tear-down", node)
+		AddReportEntry("cluster-virt-handler-sigkill", "after a SIGKILL, podman listed "+strings.Join(strings.Fields(stale), ", ")+"; the next stack of the node removed it from a fresh PID namespace")
+	})
+})
+
+var _ = Describe("the node agent's field manager", Label("virt-handler"), func() {
+	It("is among a VMI's managedFields when the agent plays virt-handler (the control for the virt-handler spec's check that it is not)", func(ctx SpecContext) {
+		skipWithoutVirtHandler() // a control for those specs, run with them
+		name := fmt.Sprintf("vh-control-%d", time.Now().Unix()%100000)
+		vmi := testguest.VMI(testguest.Spec{Name: name, Namespace: namespace()})
+		_, err := client.VirtualMachineInstance(namespace()).Create(ctx, vmi, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func(ctx SpecContext) {
+			Expect(client.VirtualMachineInstance(namespace()).Delete(ctx, name, metav1.DeleteOptions{})).To(Succeed())
+			Eventually(func() bool {
+				_, err := client.VirtualMachineInstance(namespace()).Get(ctx, name, metav1.GetOptions{})
+				return apierrors.IsNotFound(err)
+			}).WithTimeout(2*time.Minute).WithPolling(200*time.Millisecond).Should(BeTrue(), "VMI %s deleted", name)
+		})
+		Eventually(func() v1.VirtualMachineInstancePhase {
+			if vmi, err = client.VirtualMachineInstance(namespace()).Get(ctx, name, metav1.GetOptions{}); err != nil {
+				return ""
+			}
+			return vmi.Status.Phase
+		}).WithTimeout(4*time.Minute).WithPolling(200*time.Millisecond).Should(Equal(v1.Running), "VMI %s on the lane's stack", name)
+		Expect(managersOf(vmi.ManagedFields)).To(ContainElement("clusterlite"), "the lane's node agent wrote the VMI's phase")
+	})
+})
+
+// waitPodGone waits up to 2 minutes until pod is deleted.
+func waitPodGone(ctx SpecContext, kc kubecli.KubevirtClient, pod *k8sv1.Pod) {
+	Eventually(func() bool {
+		_, err := kc.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	}).WithTimeout(2*time.Minute).WithPolling(200*time.Millisecond).Should(BeTrue(), "pod %s", pod.Name)
+}
+
+// skipWithoutVirtHandler skips the virt-handler specs where they cannot
+// run: no cluster-lite or podman of the lane's, or KubeVirt's virt-handler
+// not built (make test does not build it).
+func skipWithoutVirtHandler() {
+	skipWithoutPodmanLite("virt-handler")
+	for _, b := range []string{"virt-handler", "virt-chroot"} {
+		if _, err := os.Stat(filepath.Join(liteBinDir(), b)); err != nil {
+			Skip(fmt.Sprintf("KubeVirt's %s is not built in %s: run `make clusterlite VIRT_HANDLER=1`", b, liteBinDir()))
+		}
+	}
+}
+
+// skipWithoutPodmanLite skips a spec that checks what (a node side on a
+// cluster-lite of its own, its pods podman containers) where the lane has
+// no cluster-lite or podman lacks the launcher image.
+func skipWithoutPodmanLite(what string) {
+	if lite == nil {
+		Skip("KUBECONFIG points at another cluster: " + what + " is checked on a cluster-lite of its own")
+	}
+	if r := laneRuntime(); r != "podman" {
+		Skip(what + " runs launcher pods as podman containers of " + launcherImage + ", which podman lacks here (make image)")
+	}
+}
+
+// podContainerStates is the state of every container of the pod by its
+// container name, as the host's podman lists them (a listing only: the
+// host's podman never drives containers made inside the node namespace).
+func podContainerStates(uid types.UID) map[string]string {
+	out, err := podman("ps", "--all", "--filter", "label="+nodeagent.LabelPodUID+"="+string(uid),
+		"--format", `{{index .Labels "`+nodeagent.LabelContainerName+`"}} {{.State}}`)
+	Expect(err).NotTo(HaveOccurred(), "podman ps: %s", out)
+	states := map[string]string{}
+	for _, line := range strings.Split(out, "\n") {
+		if name, state, ok := strings.Cut(strings.TrimSpace(line), " "); ok {
+			states[name] = state
+		}
+	}
+	return states
+}
+
+// managersOf lists the field managers of an object's managedFields.
+func managersOf(fields []metav1.ManagedFieldsEntry) []string {
+	var m []string
+	for _, f := range fields {
+		m = append(m, f.Manager)
+	}
+	return m
+}

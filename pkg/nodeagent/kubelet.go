@@ -1,0 +1,445 @@
+package nodeagent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	k8sv1 "k8s.io/api/core/v1"
+
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
+	"github.com/crashloop-harness/crashloop/pkg/launchrt"
+)
+
+// KubeletMode is the node side in which KubeVirt's own virt-handler runs
+// on the node and the agent keeps only kubelet's role: it binds and runs
+// launcher pods as pods (every container of the pod, in one network
+// namespace, with the pod's emptyDirs at kubelet's paths and their mount
+// propagation, and devices from the device plugins), reports their
+// container statuses and the node's status, and writes nothing to VMIs.
+type KubeletMode struct {
+	// Command is the command line that runs argv inside the node
+	// namespace, where podman runs (clusterlite.Node.Command).
+	Command func(argv ...string) []string
+	// PodsDir is kubelet's pods folder as virt-handler sees it
+	// (--kubelet-pods-dir, and /pods in its container).
+	PodsDir string
+	// Devices allocates device-plugin resources.
+	Devices Devices
+	// ImageDir is the node's guest image folder: mounted into compute at
+	// the launcher image's image folder, and where a pod's image that
+	// podman lacks is imported from (images.json names its folder:
+	// kubelet's pull, with no registry here).
+	ImageDir string
+	// CacheDir is the compute containers' shared QEMU capability cache.
+	CacheDir string
+
+	mu       sync.Mutex
+	imported []string // images pull imported, which RemoveImported removes
+}
+
+// Devices is kubelet's device manager: the healthy count per resource
+// (the node's capacity) and a container's devices.
+type Devices interface {
+	Healthy() map[string]int
+	Allocate(ctx context.Context, resource string, n int) ([]string, error)
+}
+
+// devicePrefix is the resource prefix of virt-handler's device plugins.
+const devicePrefix = "devices.kubevirt.io/"
+
+// kubeletPod is a launcher pod run as kubelet runs it, as one
+// launchrt.Launcher: it ends when its compute container ends, and its
+// exit is compute's.
+type kubeletPod struct {
+	mode    *KubeletMode
+	log     *slog.Logger
+	names   []string // every container of the pod, the sandbox first
+	compute launchrt.Launcher
+	// computeName is compute's container name.
+	computeName string
+	others      []launchrt.Launcher
+	done        chan struct{}
+}
+
+// sandboxName is the pod's sandbox container, in kubelet's form.
+func sandboxName(pod *k8sv1.Pod) string {
+	return fmt.Sprintf("k8s_POD_%s_%s_%s_0", pod.Name, pod.Namespace, pod.UID)
+}
+
+func containerName(pod *k8sv1.Pod, ctr string) string {
+	return fmt.Sprintf("k8s_%s_%s_%s_%s_0", ctr, pod.Name, pod.Namespace, pod.UID)
+}
+
+// emptyDir is kubelet's folder of a pod's emptyDir volume.
+func (m *KubeletMode) emptyDir(pod *k8sv1.Pod, volume string) string {
+	return filepath.Join(m.PodsDir, string(pod.UID), "volumes", "kubernetes.io~empty-dir", volume)
+}
+
+// run runs argv inside the node namespace to completion.
+func (m *KubeletMode) run(ctx context.Context, argv ...string) (string, error) {
+	c := m.Command(argv...)
+	out, err := exec.CommandContext(ctx, c[0], c[1:]...).CombinedOutput()
+	if err != nil {
+		return strings.TrimSpace(string(out)), fmt.Errorf("%s: %w: %s", strings.Join(argv[:min(len(argv), 3)], " "), err, strings.TrimSpace(string(out)))
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// launchKubelet starts every container of the pod through procs (each a
+// foreground `podman run` client inside the node namespace).
+func (c *container) launchKubelet(ctx context.Context, cfg *Config, procs Runtime, notify func()) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.run != nil || c.exited {
+		return nil
+	}
+	if err := os.MkdirAll(string(c.dir), 0o755); err != nil {
+		return fmt.Errorf("creating the pod's log folder: %w", err)
+	}
+	out, events, err := c.eventSink(cfg, notify)
+	if err != nil {
+		return err
+	}
+	k, err := startKubeletPod(ctx, cfg, procs, c.pod, string(c.dir))
+	if err != nil {
+		events.Close()
+		return err
+	}
+	c.run, c.running = k, true
+	go c.watch(cfg.Logger, out, events, notify)
+	return nil
+}
+
+// startKubeletPod makes the pod's emptyDirs and sandbox, runs its init
+// containers in order, and starts its sidecars and containers.
+func startKubeletPod(ctx context.Context, cfg *Config, procs Runtime, pod *k8sv1.Pod, logDir string) (_ *kubeletPod, err error) {
+	m := cfg.Kubelet
+	begin := time.Now()
+	k := &kubeletPod{mode: m, log: cfg.Logger, done: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			k.removeAll()
+		}
+	}()
+	for _, v := range pod.Spec.Volumes {
+		if v.EmptyDir != nil {
+			if err := os.MkdirAll(m.emptyDir(pod, v.Name), 0o777); err != nil {
+				return nil, fmt.Errorf("creating emptyDir %s: %w", v.Name, err)
+			}
+			_ = os.Chmod(m.emptyDir(pod, v.Name), 0o777)
+		}
+	}
+	images := map[string]bool{}
+	for _, ctr := range append(append([]k8sv1.Container(nil), pod.Spec.InitContainers...), pod.Spec.Containers...) {
+		if !images[ctr.Image] {
+			if err := m.pull(ctx, ctr.Image); err != nil {
+				return nil, err
+			}
+			images[ctr.Image] = true
+		}
+	}
+	compute, _, err := computeResources(pod)
+	if err != nil {
+		return nil, err
+	}
+	sandbox := sandboxName(pod)
+	k.names = append(k.names, sandbox)
+	if _, err := m.run(ctx, append([]string{"podman", "run", "-d", "--rm", "--pull", "never", "--runtime", "runc", "--init",
+		"--network", "none", "--name", sandbox}, append(podLabels(pod, "POD", cfg.NodeName), "--entrypoint", "sleep", compute, "infinity")...)...); err != nil {
+		return nil, fmt.Errorf("the pod's sandbox: %w", err)
+	}
+	pid, err := m.run(ctx, "podman", "inspect", "--format", "{{.State.Pid}}", sandbox)
+	if err != nil {
+		return nil, fmt.Errorf("the pod's sandbox: %w", err)
+	}
+	netns := "/proc/" + pid + "/ns/net" // the node namespace's /proc
+	for _, ctr := range pod.Spec.InitContainers {
+		if ctr.RestartPolicy != nil && *ctr.RestartPolicy == k8sv1.ContainerRestartPolicyAlways {
+			continue // a sidecar: started with the containers
+		}
+		argv, err := m.runArgs(ctx, cfg.NodeName, pod, ctr, netns)
+		if err != nil {
+			return nil, err
+		}
+		k.names = append(k.names, containerName(pod, ctr.Name))
+		ictx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		_, err = m.run(ictx, argv...)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("init container %s: %w", ctr.Name, err)
+		}
+	}
+	if st, err := m.run(ctx, "podman", "inspect", "--format", "{{.State.Status}} {{.State.Pid}} {{.State.ExitCode}}", sandbox); err != nil || !strings.HasPrefix(st, "running") {
+		return nil, fmt.Errorf("the pod's sandbox ended during the init containers: %s %v", st, err)
+	}
+	var later []k8sv1.Container
+	for _, ctr := range pod.Spec.InitContainers {
+		if ctr.RestartPolicy != nil && *ctr.RestartPolicy == k8sv1.ContainerRestartPolicyAlways {
+			later = append(later, ctr)
+		}
+	}
+	for _, ctr := range append(later, pod.Spec.Containers...) {
+		argv, err := m.runArgs(ctx, cfg.NodeName, pod, ctr, netns)
+		if err != nil {
+			return nil, err
+		}
+		k.names = append(k.names, containerName(pod, ctr.Name))
+		argv = m.Command(argv...) // inside the node namespace, never the host's podman
+		l, err := procs.Start(ctx, launchrt.Spec{Path: argv[0], Args: argv[1:], Dir: logDir,
+			StderrFile: filepath.Join(logDir, ctr.Name+".log"), StdoutFile: filepath.Join(logDir, ctr.Name+".log"), Truncate: true})
+		if err != nil {
+			return nil, fmt.Errorf("container %s: %w", ctr.Name, err)
+		}
+		if ctr.Name == computeContainer {
+			k.compute, k.computeName = l, containerName(pod, ctr.Name)
+		} else {
+			k.others = append(k.others, l)
+		}
+	}
+	if k.compute == nil {
+		return nil, fmt.Errorf("pod %s/%s has no %q container", pod.Namespace, pod.Name, computeContainer)
+	}
+	cfg.Logger.Info("launcher pod started as a pod", "pod", pod.Namespace+"/"+pod.Name, "containers", k.names[1:], "after", time.Since(begin).Round(time.Millisecond))
+	go k.watch()
+	return k, nil
+}
+
+// podLabels are the podman flags every container of the pod gets: the
+// CRI labels, the node's, and the rlimits these machines need.
+func podLabels(pod *k8sv1.Pod, ctr, node string) []string {
+	return []string{"--label", LabelPodUID + "=" + string(pod.UID), "--label", LabelPodName + "=" + pod.Name,
+		"--label", LabelPodNamespace + "=" + pod.Namespace, "--label", LabelContainerName + "=" + ctr,
+		"--label", LabelNode + "=" + node, "--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768"}
+}
+
+// runArgs is the `podman run` command line of one container of the pod,
+// in the pod's network namespace.
+func (m *KubeletMode) runArgs(ctx context.Context, node string, pod *k8sv1.Pod, ctr k8sv1.Container, netns string) ([]string, error) {
+	args := []string{"podman", "run", "--rm", "--pull", "never", "--runtime", "runc", "--name", containerName(pod, ctr.Name),
+		"--network", "ns:" + netns}
+	args = append(args, podLabels(pod, ctr.Name, node)...)
+	if sc := ctr.SecurityContext; sc != nil && sc.Privileged != nil && *sc.Privileged {
+		args = append(args, "--privileged")
+	}
+	emptyDirs := map[string]bool{}
+	for _, v := range pod.Spec.Volumes {
+		emptyDirs[v.Name] = v.EmptyDir != nil
+	}
+	for _, vm := range ctr.VolumeMounts {
+		if !emptyDirs[vm.Name] {
+			continue // only emptyDirs are provided on this node
+		}
+		v := m.emptyDir(pod, vm.Name) + ":" + vm.MountPath
+		opts := []string{}
+		if vm.ReadOnly {
+			opts = append(opts, "ro")
+		}
+		if vm.MountPropagation != nil {
+			switch *vm.MountPropagation {
+			case k8sv1.MountPropagationHostToContainer:
+				opts = append(opts, "rslave")
+			case k8sv1.MountPropagationBidirectional:
+				opts = append(opts, "rshared")
+			}
+		}
+		if len(opts) > 0 {
+			v += ":" + strings.Join(opts, ",")
+		}
+		args = append(args, "-v", v)
+	}
+	if ctr.Name == computeContainer {
+		args = append(args, "-v", m.ImageDir+":"+imageDirInImage+":ro")
+		if m.CacheDir != "" {
+			args = append(args, "-v", m.CacheDir+":"+launcherapi.DefaultCacheDir)
+		}
+	}
+	for _, e := range ctr.Env {
+		if v, ok := envValue(pod, e); ok {
+			args = append(args, "-e", e.Name+"="+v)
+		}
+	}
+	for name, q := range ctr.Resources.Limits {
+		if !strings.HasPrefix(string(name), devicePrefix) || q.Value() <= 0 {
+			continue
+		}
+		devs, err := m.Devices.Allocate(ctx, string(name), int(q.Value()))
+		if err != nil {
+			return nil, fmt.Errorf("container %s: %w", ctr.Name, err)
+		}
+		for _, d := range devs {
+			args = append(args, "--device", d)
+		}
+	}
+	if q, ok := ctr.Resources.Limits[k8sv1.ResourceMemory]; ok && q.Value() > 0 {
+		args = append(args, "--memory", strconv.FormatInt(q.Value(), 10), "--memory-swap", strconv.FormatInt(q.Value(), 10))
+	}
+	if q, ok := ctr.Resources.Limits[k8sv1.ResourceCPU]; ok && q.MilliValue() > 0 {
+		args = append(args, "--cpus", strconv.FormatFloat(float64(q.MilliValue())/1000, 'f', -1, 64))
+	}
+	if ctr.WorkingDir != "" {
+		args = append(args, "--workdir", ctr.WorkingDir)
+	}
+	cmd := append(append([]string(nil), ctr.Command...), ctr.Args...)
+	if len(ctr.Command) > 0 {
+		args = append(args, "--entrypoint", ctr.Command[0], ctr.Image)
+		return append(args, cmd[1:]...), nil
+	}
+	return append(append(args, ctr.Image), ctr.Args...), nil
+}
+
+// envValue is an environment variable's value as kubelet resolves it:
+// a literal, or the pod's name, namespace, UID or node from the downward
+// API; other sources are not provided here.
+func envValue(pod *k8sv1.Pod, e k8sv1.EnvVar) (string, bool) {
+	if e.ValueFrom == nil {
+		return e.Value, true
+	}
+	if f := e.ValueFrom.FieldRef; f != nil {
+		switch f.FieldPath {
+		case "metadata.name":
+			return pod.Name, true
+		case "metadata.namespace":
+			return pod.Namespace, true
+		case "metadata.uid":
+			return string(pod.UID), true
+		case "spec.nodeName":
+			return pod.Spec.NodeName, true
+		}
+	}
+	return "", false
+}
+
+// pull makes sure podman has image: an image missing from its store is
+// imported from the image folder named for it in ImageDir/images.json.
+func (m *KubeletMode) pull(ctx context.Context, image string) error {
+	if _, err := m.run(ctx, "podman", "image", "exists", image); err == nil {
+		return nil
+	}
+	folder, err := imageFolder(m.ImageDir, image)
+	if err != nil {
+		return err
+	}
+	sh := fmt.Sprintf("tar -C %q -c . | podman import - %q", folder, image)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, err := m.run(ctx, "podman", "image", "exists", image); err == nil {
+		return nil // imported for another pod meanwhile
+	}
+	if _, err := m.run(ctx, "sh", "-c", sh); err != nil {
+		return fmt.Errorf("importing image %s from %s: %w", image, folder, err)
+	}
+	m.imported = append(m.imported, image)
+	return nil
+}
+
+// RemoveImported removes the images pull imported into podman's store,
+// so that the node leaves the store as it found it.
+func (m *KubeletMode) RemoveImported(ctx context.Context) error {
+	if m == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.imported) == 0 {
+		return nil
+	}
+	_, err := m.run(ctx, append([]string{"podman", "rmi", "--force"}, m.imported...)...)
+	m.imported = nil
+	return err
+}
+
+// imageFolder is the folder of dir that dir/images.json names for image.
+func imageFolder(dir, image string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(dir, "images.json"))
+	if err != nil {
+		return "", fmt.Errorf("image %s is not in podman's store, and the image folder has no index: %w", image, err)
+	}
+	var index map[string]string
+	if err := json.Unmarshal(data, &index); err != nil {
+		return "", fmt.Errorf("%s: %w", filepath.Join(dir, "images.json"), err)
+	}
+	name, ok := index[image]
+	if !ok || name == "" || strings.HasSuffix(name, ".tar") || strings.Contains(name, ":") {
+		return "", fmt.Errorf("image %s: neither in podman's store nor a folder of %s/images.json", image, dir)
+	}
+	if !filepath.IsAbs(name) {
+		name = filepath.Join(dir, name)
+	}
+	return name, nil
+}
+
+// watch waits for compute to end, then removes the pod's other
+// containers and its sandbox.
+func (k *kubeletPod) watch() {
+	<-k.compute.Done()
+	k.removeAll()
+	for _, o := range k.others {
+		<-o.Done()
+	}
+	close(k.done)
+}
+
+// removeAll removes every container of the pod, from inside the node
+// namespace.
+func (k *kubeletPod) removeAll() {
+	if len(k.names) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if out, err := k.mode.run(ctx, append([]string{"podman", "rm", "--force", "--ignore", "--time", "0"}, k.names...)...); err != nil {
+		k.log.Error("removing the pod's containers", "containers", k.names, "err", err, "out", out)
+	}
+}
+
+func (k *kubeletPod) ID() string            { return k.compute.ID() }
+func (k *kubeletPod) Ref() launchrt.Ref     { return k.compute.Ref() }
+func (k *kubeletPod) Done() <-chan struct{} { return k.done }
+
+// Signal sends sig to the compute container.
+func (k *kubeletPod) Signal(sig syscall.Signal) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := k.mode.run(ctx, "podman", "kill", "--signal", strconv.Itoa(int(sig)), k.computeName)
+	return err
+}
+
+// Exit is the compute container's.
+func (k *kubeletPod) Exit() launchrt.Exit { return exitOnceDone(k.done, k.compute) }
+
+// Stop is kubelet's pod stop: SIGTERM to every container, SIGKILL (the
+// containers' removal) once grace has passed.
+func (k *kubeletPod) Stop(ctx context.Context, grace time.Duration) (bool, error) {
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	_, err := k.mode.run(tctx, append([]string{"podman", "kill", "--signal", "TERM"}, k.names[1:]...)...)
+	cancel()
+	if err != nil {
+		k.log.Debug("podman kill TERM", "err", err)
+	}
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-k.done:
+		return false, nil
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	k.removeAll()
+	select {
+	case <-k.done:
+		return true, nil
+	case <-time.After(time.Minute):
+		return true, errors.New("the pod's containers did not end a minute after their removal")
+	}
+}
