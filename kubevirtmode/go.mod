@@ -24,6 +24,7 @@ require (
 	k8s.io/client-go v12.0.0+incompatible
 	kubevirt.io/api v1.6.0
 	kubevirt.io/kubevirt v1.6.0
+	libvirt.org/go/libvirtxml v1.12008.0
 	sigs.k8s.io/yaml v1.6.0
 )
 
@@ -109,7 +110,6 @@ require (
 	kubevirt.io/containerized-data-importer-api v1.60.3-0.20241105012228-50fbed985de9 // indirect
 	kubevirt.io/controller-lifecycle-operator-sdk/api v0.0.0-20220329064328-f3cc58c6ed90 // indirect
 	libvirt.org/go/libvirt v1.11002.0 // indirect
-	libvirt.org/go/libvirtxml v1.12008.0 // indirect
 	sigs.k8s.io/controller-runtime v0.20.2 // indirect
 	sigs.k8s.io/json v0.0.0-20241010143419-9aa6b5e7a4b3 // indirect
 	sigs.k8s.io/structured-merge-diff/v4 v4.4.3 // indirect
