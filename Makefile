@@ -46,8 +46,9 @@ BACKPORTS_ROOT := $(BUILD)/backports-root
 # make clusterlite KUBEVIRT_VERSION=vX.Y.Z or KUBEVIRT_SRC=DIR builds another KubeVirt (tools/clusterlite/build.sh).
 KUBEVIRT_VERSION ?=
 KUBEVIRT_SRC ?=
-# make clusterlite VIRT_HANDLER=1 also builds KubeVirt's virt-handler and virt-chroot (not run by clusterlite up yet,
-# so make test does not build them; tools/clusterlite/kubevirt/VIRT-HANDLER.md)
+# make clusterlite VIRT_HANDLER=1 also builds KubeVirt's virt-handler and virt-chroot, for clusterlite up
+# --node-side virt-handler; make test builds them (about 20 s cold) so the cluster lane's [virt-handler] specs run
+# (tools/clusterlite/kubevirt/VIRT-HANDLER.md)
 VIRT_HANDLER ?=
 
 KVRENDER := $(BUILD)/kvrender/kvrender
@@ -136,7 +137,7 @@ run-launcher: build guest-image
 ## concurrently (Go builds beside debootstraps), then the checks run one after another.
 test:
 	@$(MAKE) --no-print-directory deps DEB_PACKAGES="$(sort $(DEB_PACKAGES) $(GUEST_DEB_PACKAGES) $(CLOUD_GUEST_DEB_PACKAGES) $(IMAGE_DEB_PACKAGES))"
-	@$(MAKE) --no-print-directory -j3 build images clusterlite
+	@$(MAKE) --no-print-directory -j3 build images clusterlite VIRT_HANDLER=1
 	@# after clusterlite: KubeVirt's packages are then in the build cache, which kvrender and kubevirtmode reuse
 	@$(MAKE) --no-print-directory -j2 kvrender image
 	@$(MAKE) --no-print-directory unit fuzz lint functest bench-smoke
