@@ -99,15 +99,7 @@ var _ = Describe("cluster-lite leaves the host's network alone", Label("hostnet"
 		killed := time.Now()
 		Expect(s.proc.Signal(syscall.SIGKILL)).To(Succeed())
 		Eventually(s.proc.Done()).WithTimeout(10 * time.Second).Should(BeClosed())
-		Eventually(func() []int {
-			var alive []int
-			for _, pid := range s.pids {
-				if syscall.Kill(pid, 0) == nil {
-					alive = append(alive, pid)
-				}
-			}
-			return alive
-		}).WithTimeout(30*time.Second).WithPolling(50*time.Millisecond).Should(BeEmpty(), "the stack's processes outlive a SIGKILL of clusterlite up")
+		Eventually(alive).WithArguments(s.pids).WithTimeout(30*time.Second).WithPolling(50*time.Millisecond).Should(BeEmpty(), "the stack's processes outlive a SIGKILL of clusterlite up")
 		Eventually(inNamespace).WithArguments(ns).WithTimeout(30*time.Second).WithPolling(50*time.Millisecond).Should(BeEmpty(), "threads left in the stack's namespace")
 		gone := time.Since(killed)
 		s.checkNetworkGone()
@@ -119,3 +111,14 @@ var _ = Describe("cluster-lite leaves the host's network alone", Label("hostnet"
 			len(s.pids), ns, gone.Round(time.Millisecond)))
 	})
 })
+
+// alive lists those of pids that still name a process.
+func alive(pids []int) []int {
+	var left []int
+	for _, pid := range pids {
+		if syscall.Kill(pid, 0) == nil {
+			left = append(left, pid)
+		}
+	}
+	return left
+}

@@ -139,15 +139,7 @@ var _ = Describe("a virt-handler stack killed with SIGKILL", Label("virt-handler
 		Eventually(listed).WithTimeout(time.Minute).Should(ContainSubstring("virt-handler"), "virt-handler's container")
 		Expect(killed.proc.Signal(syscall.SIGKILL)).To(Succeed())
 		Eventually(killed.proc.Done()).WithTimeout(10 * time.Second).Should(BeClosed())
-		Eventually(func() []int {
-			var alive []int
-			for _, pid := range killed.pids {
-				if syscall.Kill(pid, 0) == nil {
-					alive = append(alive, pid)
-				}
-			}
-			return alive
-		}).WithTimeout(30*time.Second).WithPolling(50*time.Millisecond).Should(BeEmpty(), "the node namespace's PID 1 and virt-handler's client outlive a SIGKILL of clusterlite up")
+		Eventually(alive).WithArguments(killed.pids).WithTimeout(30*time.Second).WithPolling(50*time.Millisecond).Should(BeEmpty(), "the node namespace's PID 1 and virt-handler's client outlive a SIGKILL of clusterlite up")
 		stale := listed()
 		Expect(stale).To(ContainSubstring("virt-handler"), "podman still lists the killed node's container, its PIDs those of a namespace that is gone")
 
