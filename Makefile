@@ -31,6 +31,8 @@ FUZZ_VMI_EXECS ?= 60000x
 HERD_VMS ?= 50 100 200 500
 HERD_MINUTES ?= 10
 HERD_CONTROLLERS ?= kubevirt,ours
+# make herd HERD_RUNTIME=podman: cluster-lite's launcher pods as podman containers (needs make image) instead of bare processes
+HERD_RUNTIME ?= process
 # make storm: a few real VMs failing STORM_FAIL_AFTER after they are ready
 STORM_VMS ?= 2
 STORM_MINUTES ?= 3
@@ -182,7 +184,8 @@ bench: build images $(if $(BACKPORTS),backports-root)
 ## herd: HERD_VMS fail-fast VMs under runStrategy Always on KubeVirt's virt-controller (cluster-lite) and on ours,
 ##   HERD_MINUTES real minutes each: retry lateness, spread, API requests, etcd growth, CPU -> _build/artifacts/herd/
 herd: build images clusterlite
-	flock /tmp/crashloop-suites.lock $(GO) run ./bench/herd -vms "$(HERD_VMS)" -minutes $(HERD_MINUTES) -controllers $(HERD_CONTROLLERS)
+	flock /tmp/crashloop-suites.lock $(GO) run ./bench/herd -vms "$(HERD_VMS)" -minutes $(HERD_MINUTES) -controllers $(HERD_CONTROLLERS) \
+		-launcher-runtime $(HERD_RUNTIME)
 
 ## storm: STORM_VMS real VMs whose guest panics STORM_FAIL_AFTER after it is ready, on both controllers and on ours
 ##   with --count-running-failures-within STORM_FAIL_SOON -> _build/artifacts/herd/storm.md

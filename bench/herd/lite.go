@@ -27,8 +27,8 @@ type lite struct {
 	logPath    string
 }
 
-// startLite runs `clusterlite up` with bare-process launchers (so hundreds
-// fit on two cores) on a new state folder under work, and waits until it
+// startLite runs `clusterlite up` with b's launcher runtime (bare processes
+// by default, so hundreds fit on two cores) on a new state folder under work, and waits until it
 // prints NETNS= and KUBECONFIG=.
 func startLite(ctx context.Context, b bins, work string) (*lite, error) {
 	l := &lite{stateDir: filepath.Join(work, "clusterlite"), logPath: filepath.Join(work, "clusterlite.log")}
@@ -45,7 +45,7 @@ func startLite(ctx context.Context, b bins, work string) (*lite, error) {
 	var err error
 	l.proc, err = spawn.Start(spawn.Spec{Path: b.clusterlite, Args: []string{"up", "--state-dir", l.stateDir,
 		"--bin-dir", b.liteBinDir, "--launcher", b.launcher, "--image-dir", b.imageDir,
-		"--launcher-runtime=process", "--log-level=warn", "--launcher-log-level=warn"},
+		"--launcher-runtime=" + b.launcherRuntime, "--log-level=warn", "--launcher-log-level=warn"},
 		Stdout: out, StderrFile: l.logPath, Truncate: true})
 	if err != nil {
 		return nil, fmt.Errorf("starting clusterlite up: %w", err)

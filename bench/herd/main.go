@@ -49,6 +49,9 @@ type options struct {
 	out, binDir, liteBins string
 	imageDir              string
 	smoke                 bool
+	// launcherRuntime is cluster-lite's --launcher-runtime: process
+	// (bare launchers, so hundreds fit on two cores) or podman.
+	launcherRuntime string
 }
 
 func main() {
@@ -81,6 +84,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.binDir, "bin-dir", "_build/bin", "our binaries (make build)")
 	fs.StringVar(&o.liteBins, "clusterlite-bin-dir", "_build/clusterlite/bin", "cluster-lite's upstream binaries (make clusterlite)")
 	fs.StringVar(&o.imageDir, "image-dir", "_build/images", "the guest images (make images)")
+	fs.StringVar(&o.launcherRuntime, "launcher-runtime", "process", "how cluster-lite's node agent runs launcher pods: process or podman (a container per pod; needs make image)")
 	fs.BoolVar(&o.smoke, "smoke", false, "5 VMs, 25 s per controller: checks that the tool still works (about 1.5 min)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -100,6 +104,9 @@ func parseFlags(args []string) (options, error) {
 			return o, fmt.Errorf("-controllers %q: %q is not kubevirt or ours", ctls, c)
 		}
 		o.controllers = append(o.controllers, c)
+	}
+	if o.launcherRuntime != "process" && o.launcherRuntime != "podman" {
+		return o, fmt.Errorf("-launcher-runtime %q: want process or podman", o.launcherRuntime)
 	}
 	if o.smoke {
 		o.vms, o.minutes = []int{5}, 25.0/60
@@ -244,7 +251,8 @@ func checkSmoke(rs []result) error {
 func findBins(o options) (bins, error) {
 	abs := func(p string) string { a, _ := filepath.Abs(p); return a }
 	b := bins{clusterlite: abs(filepath.Join(o.binDir, "clusterlite")), controller: abs(filepath.Join(o.binDir, "virt-controller")),
-		launcher: abs(filepath.Join(o.binDir, "virt-launcher")), imageDir: abs(o.imageDir), liteBinDir: abs(o.liteBins)}
+		launcher: abs(filepath.Join(o.binDir, "virt-launcher")), imageDir: abs(o.imageDir), liteBinDir: abs(o.liteBins),
+		launcherRuntime: o.launcherRuntime}
 	for _, p := range []string{b.clusterlite, b.controller, b.launcher, filepath.Join(b.liteBinDir, "virt-controller"), filepath.Join(b.imageDir, "images.json")} {
 		if _, err := os.Stat(p); err != nil {
 			return b, fmt.Errorf("%w (run `make build images clusterlite`)", err)

@@ -71,6 +71,8 @@ func (r *result) finish(start, end time.Time) {
 // bins are the programs the bench runs.
 type bins struct {
 	clusterlite, controller, launcher, imageDir, liteBinDir string
+	// launcherRuntime is cluster-lite's --launcher-runtime.
+	launcherRuntime string
 }
 
 // runKubeVirt brings up cluster-lite, creates the herd, lets KubeVirt's
