@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	v1 "kubevirt.io/api/core/v1"
+	"kubevirt.io/client-go/kubecli"
 
 	"github.com/crashloop-harness/crashloop/functests/cluster"
 	"github.com/crashloop-harness/crashloop/functests/ctlharness"
@@ -68,6 +69,8 @@ func crashingVM(name string, strategy v1.VirtualMachineRunStrategy, testGuest bo
 type kvLoop struct {
 	name     string
 	strategy v1.VirtualMachineRunStrategy
+	// kc is the cluster's client; nil means the lane's.
+	kc kubecli.KubevirtClient
 
 	mu       sync.Mutex
 	trace    cluster.Trace
@@ -95,9 +98,13 @@ func (l *kvLoop) record(obj runtime.Object) {
 // that the server closes.
 func (l *kvLoop) follow(ctx context.Context) {
 	opts := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", l.name).String()}
+	kc := l.kc
+	if kc == nil {
+		kc = client
+	}
 	watchers := []func() (watch.Interface, error){
-		func() (watch.Interface, error) { return client.VirtualMachine(namespace()).Watch(ctx, opts) },
-		func() (watch.Interface, error) { return client.VirtualMachineInstance(namespace()).Watch(ctx, opts) },
+		func() (watch.Interface, error) { return kc.VirtualMachine(namespace()).Watch(ctx, opts) },
+		func() (watch.Interface, error) { return kc.VirtualMachineInstance(namespace()).Watch(ctx, opts) },
 	}
 	for _, open := range watchers {
 		go func() {

@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 	"kubevirt.io/client-go/kubecli"
 
+	"github.com/crashloop-harness/crashloop/functests/cluster"
 	"github.com/crashloop-harness/crashloop/functests/testguest"
 	"github.com/crashloop-harness/crashloop/pkg/nodeagent"
 )
@@ -24,15 +26,21 @@ import (
 // vhNode is the node of the stack with KubeVirt's own virt-handler.
 const vhNode = "virt-handler-node"
 
-var _ = Describe("KubeVirt's own virt-handler on cluster-lite's node", Label("virt-handler"), func() {
-	It("runs a test-guest VMI without a pod network to Running, with its status written by virt-handler, and tear-down leaves no container, namespace, mount, image or folder", func(ctx SpecContext) {
+var _ = Describe("KubeVirt's own virt-handler on cluster-lite's node", Label("virt-handler"), Ordered, func() {
+	var (
+		s  *liteStack
+		kc kubecli.KubevirtClient
+	)
+	// One stack for the specs below: a second cluster-lite whose node side
+	// is KubeVirt's virt-handler.
+	BeforeAll(func(ctx SpecContext) {
 		skipWithoutVirtHandler()
 		_, imageErr := podman("image", "exists", testguest.Image)
 		hadImage := imageErr == nil
 
 		By("a second cluster-lite whose node side is KubeVirt's virt-handler")
 		before := tmpEntries()
-		s := runLite(liteBinDir(), "clusterlite-virt-handler.log", "--node-side", "virt-handler", "--node-name", vhNode)
+		s = runLite(liteBinDir(), "clusterlite-virt-handler.log", "--node-side", "virt-handler", "--node-name", vhNode)
 		s.tmpBefore = before
 		DeferCleanup(func() {
 			s.stop()
@@ -47,7 +55,8 @@ var _ = Describe("KubeVirt's own virt-handler on cluster-lite's node", Label("vi
 				Expect(err).To(HaveOccurred(), "the node imported %s and left it in podman's store", testguest.Image)
 			}
 		})
-		kc, err := kubecli.GetKubevirtClientFromFlags("", s.kubeconfig)
+		var err error
+		kc, err = kubecli.GetKubevirtClientFromFlags("", s.kubeconfig)
 		Expect(err).NotTo(HaveOccurred())
 
 		By("virt-handler makes the node schedulable once its device plugins registered with the agent's Registration server")
@@ -65,7 +74,10 @@ var _ = Describe("KubeVirt's own virt-handler on cluster-lite's node", Label("vi
 			kvm := node.Status.Capacity["devices.kubevirt.io/kvm"]
 			return kvm.Value()
 		}).WithTimeout(30*time.Second).WithPolling(200*time.Millisecond).Should(BeNumerically(">", 0), "the kvm plugin's healthy devices as the node's capacity")
+	})
 
+	It("runs a test-guest VMI without a pod network to Running, with its status written by virt-handler, and tear-down leaves no container, namespace, mount, image or folder", func(ctx SpecContext) {
+		var err error
 		By("a VMI of the test guest with no pod network")
 		name := fmt.Sprintf("vh-%d", time.Now().Unix()%100000)
 		vmi := testguest.VMI(testguest.Spec{Name: name, Namespace: namespace()})
@@ -122,6 +134,92 @@ var _ = Describe("KubeVirt's own virt-handler on cluster-lite's node", Label("vi
 			bound.Sub(created).Round(100*time.Millisecond), running.Sub(bound).Round(100*time.Millisecond), running.Sub(created).Round(100*time.Millisecond),
 			podGone.Round(100*time.Millisecond), strings.Join(names, ", ")))
 	})
+	It("crash-loops KubeVirt's fail-fast VM through counts 1, 2, 3 in CrashLoopBackOff inside KubeVirt's envelope, its pods failing through the agent's compute status, and runs it, status by virt-handler, once the annotation is gone", func(ctx SpecContext) {
+		const upTo = 3
+		name := fmt.Sprintf("vh-crash-%d", time.Now().Unix()%100000)
+		vm := crashingVM(name, v1.RunStrategyAlways, true)
+		noPodNet := false
+		vm.Spec.Template.Spec.Domain.Devices.AutoattachPodInterface = &noPodNet
+		follow, stopFollowing := context.WithCancel(context.Background())
+		DeferCleanup(stopFollowing)
+		l := &kvLoop{name: name, strategy: v1.RunStrategyAlways, kc: kc, attempts: map[types.UID]cluster.Attempt{}}
+		l.follow(follow)
+		_, err := kc.VirtualMachine(namespace()).Create(ctx, vm, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func(ctx SpecContext) {
+			_ = kc.VirtualMachine(namespace()).Delete(ctx, name, metav1.DeleteOptions{})
+			Eventually(func() bool {
+				_, err := kc.VirtualMachineInstance(namespace()).Get(ctx, name, metav1.GetOptions{})
+				return apierrors.IsNotFound(err)
+			}).WithTimeout(2*time.Minute).WithPolling(200*time.Millisecond).Should(BeTrue(), "VMI %s not gone after its VM was deleted", name)
+		})
+
+		By("the first launcher pod fails: compute's exit code in the status the agent reports as kubelet")
+		var failed *k8sv1.Pod
+		Eventually(func() string {
+			pods, err := kc.CoreV1().Pods(namespace()).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return err.Error()
+			}
+			for i := range pods.Items {
+				if strings.HasPrefix(pods.Items[i].Name, "virt-launcher-"+name+"-") && pods.Items[i].Status.Phase == k8sv1.PodFailed {
+					failed = &pods.Items[i]
+					return ""
+				}
+			}
+			return fmt.Sprintf("%d pods, none Failed", len(pods.Items))
+		}).WithTimeout(2*time.Minute).WithPolling(100*time.Millisecond).Should(BeEmpty(), "a Failed launcher pod of %s; stack log %s", name, s.logPath)
+		var compute *k8sv1.ContainerStateTerminated
+		for _, cs := range failed.Status.ContainerStatuses {
+			if cs.Name == "compute" {
+				compute = cs.State.Terminated
+			}
+		}
+		Expect(compute).NotTo(BeNil(), "compute's status in pod %s: %+v", failed.Name, failed.Status.ContainerStatuses)
+		Expect(compute.ExitCode).NotTo(BeZero(), "the fail-fast launcher's exit code")
+
+		By("waiting for the third failure and CrashLoopBackOff")
+		Eventually(func() string {
+			_, as, vm := l.snapshot()
+			done := 0
+			for _, a := range as {
+				if !a.Finished.IsZero() {
+					done++
+				}
+			}
+			return fmt.Sprintf("%d finished attempts, status %s", done, statusOf(vm))
+		}).WithTimeout(4*time.Minute).WithPolling(200*time.Millisecond).Should(Equal(fmt.Sprintf("%d finished attempts, status CrashLoopBackOff count %d", upTo, upTo)), "VM %s", name)
+
+		By("the annotation removed while it waits out failure 3: the next attempt runs")
+		patch, err := cluster.RemoveTemplateAnnotationPatch(failFast)
+		Expect(err).NotTo(HaveOccurred())
+		_, err = kc.VirtualMachine(namespace()).Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func() string {
+			_, _, vm := l.snapshot()
+			return statusOf(vm)
+		}).WithTimeout(4*time.Minute).WithPolling(200*time.Millisecond).Should(Equal("Running count 0"), "VM %s; stack log %s", name, s.logPath)
+		vmi, err := kc.VirtualMachineInstance(namespace()).Get(ctx, name, metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(vmi.Status.Phase).To(Equal(v1.Running))
+		managers := managersOf(vmi.ManagedFields)
+		Expect(managers).To(ContainElement("virt-handler"), "managedFields of VMI %s", name)
+		Expect(managers).NotTo(ContainElement("clusterlite"), "the node agent writes nothing to VMIs in this mode")
+
+		tr, as, _ := l.snapshot()
+		gaps := cluster.Gaps(as, 1)
+		Expect(len(gaps)).To(BeNumerically(">=", upTo), "gaps %+v", gaps)
+		// Kubernetes timestamps have whole seconds, as on the lane's stack.
+		Expect(cluster.CheckEnvelope(gaps[:upTo], 2*time.Second)).To(Succeed(), "gaps %+v", gaps)
+		for n := 1; n <= upTo; n++ {
+			Expect(tr.StatusesAt(n)).To(ContainElement(string(v1.VirtualMachineStatusCrashLoopBackOff)), "statuses at count %d: %+v", n, tr)
+		}
+		table := gapTable("KubeVirt Always, virt-handler", gaps, upTo)
+		fmt.Fprint(GinkgoWriter, table)
+		Expect(os.WriteFile(filepath.Join(artifacts, "gaps-virt-handler.txt"), []byte(table), 0o644)).To(Succeed())
+		AddReportEntry("cluster-virt-handler-crashloop", fmt.Sprintf("fail-fast pod %s Failed, compute exit %d (%s); statuses by count %v / %v / %v\n%s",
+			failed.Name, compute.ExitCode, compute.Reason, tr.StatusesAt(1), tr.StatusesAt(2), tr.StatusesAt(3), table))
+	})
 })
 
 var _ = Describe("a virt-handler stack killed with SIGKILL", Label("virt-handler"), func() {
@@ -176,6 +274,18 @@ var _ = Describe("the node agent's field manager", Label("virt-handler"), func()
 		Expect(managersOf(vmi.ManagedFields)).To(ContainElement("clusterlite"), "the lane's node agent wrote the VMI's phase")
 	})
 })
+
+// statusOf is a VM's printable status and start-failure count.
+func statusOf(vm *v1.VirtualMachine) string {
+	if vm == nil {
+		return "no VM seen"
+	}
+	count := 0
+	if vm.Status.StartFailure != nil {
+		count = vm.Status.StartFailure.ConsecutiveFailCount
+	}
+	return fmt.Sprintf("%s count %d", vm.Status.PrintableStatus, count)
+}
 
 // waitPodGone waits up to 2 minutes until pod is deleted.
 func waitPodGone(ctx SpecContext, kc kubecli.KubevirtClient, pod *k8sv1.Pod) {

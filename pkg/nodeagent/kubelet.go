@@ -65,6 +65,7 @@ type kubeletPod struct {
 	mode    *KubeletMode
 	log     *slog.Logger
 	names   []string // every container of the pod, the sandbox first
+	live    []string // the sandbox, sidecars and containers: what runs
 	compute launchrt.Launcher
 	// computeName is compute's container name.
 	computeName string
@@ -116,7 +117,10 @@ func (c *container) launchKubelet(ctx context.Context, cfg *Config, procs Runtim
 		events.Close()
 		return err
 	}
-	c.run, c.running = k, true
+	// running stays false for a compute that ended before podman showed
+	// the pod's containers running: the pod then goes from Pending to
+	// Failed, never Running, as under kubelet.
+	c.run, c.running = k, k.waitRunning(ctx)
 	go c.watch(cfg.Logger, out, events, notify)
 	return nil
 }
@@ -189,12 +193,14 @@ func startKubeletPod(ctx context.Context, cfg *Config, procs Runtime, pod *k8sv1
 			later = append(later, ctr)
 		}
 	}
+	k.live = []string{sandbox}
 	for _, ctr := range append(later, pod.Spec.Containers...) {
 		argv, err := m.runArgs(ctx, cfg.NodeName, pod, ctr, netns)
 		if err != nil {
 			return nil, err
 		}
 		k.names = append(k.names, containerName(pod, ctr.Name))
+		k.live = append(k.live, containerName(pod, ctr.Name))
 		argv = m.Command(argv...) // inside the node namespace, never the host's podman
 		l, err := procs.Start(ctx, launchrt.Spec{Path: argv[0], Args: argv[1:], Dir: logDir,
 			StderrFile: filepath.Join(logDir, ctr.Name+".log"), StdoutFile: filepath.Join(logDir, ctr.Name+".log"), Truncate: true})
@@ -388,6 +394,36 @@ func (k *kubeletPod) watch() {
 		<-o.Done()
 	}
 	close(k.done)
+}
+
+// waitRunning waits until podman shows the sandbox, the sidecars and the
+// containers running, as kubelet reports a container running from its
+// runtime's state rather than from its start request. It is false when
+// compute ended first (a launcher that fails at once, such as KubeVirt's
+// fail-fast one); after a minute it gives up waiting and is true.
+func (k *kubeletPod) waitRunning(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	argv := append([]string{"podman", "inspect", "--format", "{{.State.Status}}"}, k.live...)
+	for {
+		out, err := k.mode.run(ctx, argv...)
+		all := err == nil && strings.Count(out, "running") == len(k.live)
+		select {
+		case <-k.compute.Done():
+			return false
+		default:
+		}
+		if all {
+			return true
+		}
+		select {
+		case <-k.compute.Done():
+			return false
+		case <-ctx.Done():
+			return true
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // removeAll removes every container of the pod, from inside the node

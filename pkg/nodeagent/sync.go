@@ -107,6 +107,9 @@ func (a *Agent) syncPod(ctx context.Context, key string) error {
 		}
 		return nil
 	}
+	if s := c.snapshot(); a.cfg.Kubelet != nil && s.Launched && !s.Running && !s.Exited {
+		return nil // compute ended before it was seen running; its exit re-queues the pod
+	}
 	return a.reportPod(ctx, pod, c.snapshot())
 }
 
