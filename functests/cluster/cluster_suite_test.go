@@ -66,6 +66,7 @@ var _ = BeforeSuite(func() {
 })
 
 var _ = AfterSuite(func() {
+	stopVirtHandlerStack()
 	if lite != nil {
 		lite.stop()
 	}

@@ -71,11 +71,16 @@ type kvLoop struct {
 	strategy v1.VirtualMachineRunStrategy
 	// kc is the cluster's client; nil means the lane's.
 	kc kubecli.KubevirtClient
+	// pods, when set, follows the VM's launcher pods too, keeping each
+	// one seen Failed: a fail-fast pod can be Failed for less than the
+	// time between two polls before its VMI's deletion takes it.
+	pods bool
 
 	mu       sync.Mutex
 	trace    cluster.Trace
 	attempts map[types.UID]cluster.Attempt
 	vm       *v1.VirtualMachine
+	failed   []*k8sv1.Pod
 }
 
 func (l *kvLoop) record(obj runtime.Object) {
@@ -91,10 +96,28 @@ func (l *kvLoop) record(obj runtime.Object) {
 		l.trace = l.trace.Add(cluster.Sample{At: time.Now(), Status: string(o.Status.PrintableStatus), Count: count})
 	case *v1.VirtualMachineInstance:
 		l.attempts[o.UID] = cluster.AttemptFrom(o)
+	case *k8sv1.Pod:
+		if !strings.HasPrefix(o.Name, "virt-launcher-"+l.name+"-") || o.Status.Phase != k8sv1.PodFailed {
+			return
+		}
+		for _, p := range l.failed {
+			if p.UID == o.UID {
+				return
+			}
+		}
+		l.failed = append(l.failed, o)
 	}
 }
 
-// follow watches the VM and its VMIs until ctx ends, re-opening a watch
+// failedPods are the VM's launcher pods seen Failed, first seen first
+// (only with pods set).
+func (l *kvLoop) failedPods() []*k8sv1.Pod {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]*k8sv1.Pod(nil), l.failed...)
+}
+
+// follow watches the VM and its VMIs (and pods, if set) until ctx ends, re-opening a watch
 // that the server closes.
 func (l *kvLoop) follow(ctx context.Context) {
 	opts := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", l.name).String()}
@@ -105,6 +128,11 @@ func (l *kvLoop) follow(ctx context.Context) {
 	watchers := []func() (watch.Interface, error){
 		func() (watch.Interface, error) { return kc.VirtualMachine(namespace()).Watch(ctx, opts) },
 		func() (watch.Interface, error) { return kc.VirtualMachineInstance(namespace()).Watch(ctx, opts) },
+	}
+	if l.pods {
+		watchers = append(watchers, func() (watch.Interface, error) {
+			return kc.CoreV1().Pods(namespace()).Watch(ctx, metav1.ListOptions{})
+		})
 	}
 	for _, open := range watchers {
 		go func() {

@@ -23,58 +23,12 @@ import (
 	"github.com/crashloop-harness/crashloop/pkg/nodeagent"
 )
 
-// vhNode is the node of the stack with KubeVirt's own virt-handler.
-const vhNode = "virt-handler-node"
-
 var _ = Describe("KubeVirt's own virt-handler on cluster-lite's node", Label("virt-handler"), Ordered, func() {
 	var (
 		s  *liteStack
 		kc kubecli.KubevirtClient
 	)
-	// One stack for the specs below: a second cluster-lite whose node side
-	// is KubeVirt's virt-handler.
-	BeforeAll(func(ctx SpecContext) {
-		skipWithoutVirtHandler()
-		_, imageErr := podman("image", "exists", testguest.Image)
-		hadImage := imageErr == nil
-
-		By("a second cluster-lite whose node side is KubeVirt's virt-handler")
-		before := tmpEntries()
-		s = runLite(liteBinDir(), "clusterlite-virt-handler.log", "--node-side", "virt-handler", "--node-name", vhNode)
-		s.tmpBefore = before
-		DeferCleanup(func() {
-			s.stop()
-			out, err := podman("ps", "--all", "--filter", "label="+nodeagent.LabelNode+"="+vhNode, "--format", "{{.Names}}")
-			Expect(err).NotTo(HaveOccurred(), "podman ps: %s", out)
-			Expect(out).To(BeEmpty(), "containers of node %s left after tear-down", vhNode)
-			mounts, err := os.ReadFile("/proc/self/mountinfo")
-			Expect(err).NotTo(HaveOccurred())
-			Expect(string(mounts)).NotTo(ContainSubstring(s.stateDir), "mounts under the state folder left on the host")
-			if !hadImage {
-				_, err := podman("image", "exists", testguest.Image)
-				Expect(err).To(HaveOccurred(), "the node imported %s and left it in podman's store", testguest.Image)
-			}
-		})
-		var err error
-		kc, err = kubecli.GetKubevirtClientFromFlags("", s.kubeconfig)
-		Expect(err).NotTo(HaveOccurred())
-
-		By("virt-handler makes the node schedulable once its device plugins registered with the agent's Registration server")
-		var node *k8sv1.Node
-		Eventually(func() string {
-			if node, err = kc.CoreV1().Nodes().Get(ctx, vhNode, metav1.GetOptions{}); err != nil {
-				return err.Error()
-			}
-			return node.Labels[v1.NodeSchedulable] + " " + node.Annotations[v1.VirtHandlerHeartbeat]
-		}).WithTimeout(time.Minute).WithPolling(200*time.Millisecond).Should(MatchRegexp(`^true \d{4}-`), "node %s; stack log %s", vhNode, s.logPath)
-		Eventually(func() int64 {
-			if node, err = kc.CoreV1().Nodes().Get(ctx, vhNode, metav1.GetOptions{}); err != nil {
-				return -1
-			}
-			kvm := node.Status.Capacity["devices.kubevirt.io/kvm"]
-			return kvm.Value()
-		}).WithTimeout(30*time.Second).WithPolling(200*time.Millisecond).Should(BeNumerically(">", 0), "the kvm plugin's healthy devices as the node's capacity")
-	})
+	BeforeAll(func(ctx SpecContext) { s, kc = virtHandlerStack(ctx) })
 
 	It("runs a test-guest VMI without a pod network to Running, with its status written by virt-handler, and tear-down leaves no container, namespace, mount, image or folder", func(ctx SpecContext) {
 		var err error
@@ -142,7 +96,7 @@ var _ = Describe("KubeVirt's own virt-handler on cluster-lite's node", Label("vi
 		vm.Spec.Template.Spec.Domain.Devices.AutoattachPodInterface = &noPodNet
 		follow, stopFollowing := context.WithCancel(context.Background())
 		DeferCleanup(stopFollowing)
-		l := &kvLoop{name: name, strategy: v1.RunStrategyAlways, kc: kc, attempts: map[types.UID]cluster.Attempt{}}
+		l := &kvLoop{name: name, strategy: v1.RunStrategyAlways, kc: kc, pods: true, attempts: map[types.UID]cluster.Attempt{}}
 		l.follow(follow)
 		_, err := kc.VirtualMachine(namespace()).Create(ctx, vm, metav1.CreateOptions{})
 		Expect(err).NotTo(HaveOccurred())
@@ -155,20 +109,11 @@ var _ = Describe("KubeVirt's own virt-handler on cluster-lite's node", Label("vi
 		})
 
 		By("the first launcher pod fails: compute's exit code in the status the agent reports as kubelet")
-		var failed *k8sv1.Pod
-		Eventually(func() string {
-			pods, err := kc.CoreV1().Pods(namespace()).List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return err.Error()
-			}
-			for i := range pods.Items {
-				if strings.HasPrefix(pods.Items[i].Name, "virt-launcher-"+name+"-") && pods.Items[i].Status.Phase == k8sv1.PodFailed {
-					failed = &pods.Items[i]
-					return ""
-				}
-			}
-			return fmt.Sprintf("%d pods, none Failed", len(pods.Items))
-		}).WithTimeout(2*time.Minute).WithPolling(100*time.Millisecond).Should(BeEmpty(), "a Failed launcher pod of %s; stack log %s", name, s.logPath)
+		Eventually(func() int { return len(l.failedPods()) }).WithTimeout(2*time.Minute).WithPolling(100*time.Millisecond).
+			Should(BeNumerically(">", 0), func() string {
+				return fmt.Sprintf("a Failed launcher pod of %s, seen through a watch; the stack log %s on it:\n%s", name, s.logPath, linesWith(s.logPath, name, 40))
+			})
+		failed := l.failedPods()[0]
 		var compute *k8sv1.ContainerStateTerminated
 		for _, cs := range failed.Status.ContainerStatuses {
 			if cs.Name == "compute" {
@@ -333,6 +278,19 @@ func podContainerStates(uid types.UID) map[string]string {
 		}
 	}
 	return states
+}
+
+// linesWith is the last n lines of the file at path that contain what,
+// for a failure message that shows CI's reader what the stack did.
+func linesWith(path, what string, n int) string {
+	data, _ := os.ReadFile(path)
+	var lines []string
+	for _, l := range strings.Split(string(data), "\n") {
+		if strings.Contains(l, what) {
+			lines = append(lines, l)
+		}
+	}
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // managersOf lists the field managers of an object's managedFields.
