@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/crashloop-harness/crashloop/pkg/vmexpandexec"
+	"github.com/crashloop-harness/crashloop/pkg/xmltree"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/differences.txt from this run")
@@ -113,16 +114,16 @@ func entry(key string, r kvResult, sb Sandbox, data []byte) []string {
 	case oerr != nil:
 		return []string{head, "  ours refuses: " + oneLine(oerr.Error())}
 	}
-	kv, err := Parse(r.Domain)
+	kv, err := xmltree.Parse(r.Domain)
 	if err != nil {
 		return []string{head, "  KubeVirt's XML: " + err.Error()}
 	}
-	o, err := Parse(ours)
+	o, err := xmltree.Parse(ours)
 	if err != nil {
 		return []string{head, "  our XML: " + err.Error()}
 	}
 	Apply(kv, o)
-	diffs := Compare(kv, o)
+	diffs := xmltree.Compare(kv, o)
 	rows := []string{head, fmt.Sprintf("  both render; %d differences", len(diffs))}
 	for _, d := range diffs {
 		rows = append(rows, "  "+d.String())
