@@ -177,7 +177,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	go a.pods.Run(ctx.Done())
 	go a.vmis.Run(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), a.pods.HasSynced, a.vmis.HasSynced) {
-		return a.shutdown(ctx.Err())
+		// ctx ended before the caches filled: a stop right after the
+		// stack is ready (the node registered) is an ordinary end.
+		return a.shutdown(nil)
 	}
 	a.cfg.Logger.Info("node agent ready", "runtime", a.runtime.Name(), "kubevirtMode", a.cfg.KubeVirt != nil, "kubeletOnly", a.cfg.Kubelet != nil)
 	if a.cfg.Kubelet != nil {
