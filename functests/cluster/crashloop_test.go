@@ -81,9 +81,12 @@ type kvLoop struct {
 	attempts map[types.UID]cluster.Attempt
 	vm       *v1.VirtualMachine
 	failed   []*k8sv1.Pod
+	// failedFor is how long each Failed pod was seen before its deletion.
+	failedFor map[types.UID]time.Duration
+	failedAt  map[types.UID]time.Time
 }
 
-func (l *kvLoop) record(obj runtime.Object) {
+func (l *kvLoop) record(t watch.EventType, obj runtime.Object) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch o := obj.(type) {
@@ -100,13 +103,32 @@ func (l *kvLoop) record(obj runtime.Object) {
 		if !strings.HasPrefix(o.Name, "virt-launcher-"+l.name+"-") || o.Status.Phase != k8sv1.PodFailed {
 			return
 		}
-		for _, p := range l.failed {
-			if p.UID == o.UID {
-				return
+		if at, seen := l.failedAt[o.UID]; seen {
+			if t == watch.Deleted {
+				l.failedFor[o.UID] = time.Since(at)
 			}
+			return
 		}
+		if l.failedAt == nil {
+			l.failedAt, l.failedFor = map[types.UID]time.Time{}, map[types.UID]time.Duration{}
+		}
+		l.failedAt[o.UID] = time.Now()
 		l.failed = append(l.failed, o)
 	}
+}
+
+// failedWindows is, for each Failed pod already deleted, how long it was
+// seen Failed before, first seen first.
+func (l *kvLoop) failedWindows() []time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var ds []time.Duration
+	for _, p := range l.failed {
+		if d, ok := l.failedFor[p.UID]; ok {
+			ds = append(ds, d.Round(time.Millisecond))
+		}
+	}
+	return ds
 }
 
 // failedPods are the VM's launcher pods seen Failed, first seen first
@@ -144,7 +166,7 @@ func (l *kvLoop) follow(ctx context.Context) {
 				}
 				for ev := range w.ResultChan() {
 					if ev.Type != watch.Error {
-						l.record(ev.Object)
+						l.record(ev.Type, ev.Object)
 					}
 				}
 				w.Stop()

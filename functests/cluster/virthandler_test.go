@@ -162,8 +162,8 @@ var _ = Describe("KubeVirt's own virt-handler on cluster-lite's node", Label("vi
 		table := gapTable("KubeVirt Always, virt-handler", gaps, upTo)
 		fmt.Fprint(GinkgoWriter, table)
 		Expect(os.WriteFile(filepath.Join(artifacts, "gaps-virt-handler.txt"), []byte(table), 0o644)).To(Succeed())
-		AddReportEntry("cluster-virt-handler-crashloop", fmt.Sprintf("fail-fast pod %s Failed, compute exit %d (%s); statuses by count %v / %v / %v\n%s",
-			failed.Name, compute.ExitCode, compute.Reason, tr.StatusesAt(1), tr.StatusesAt(2), tr.StatusesAt(3), table))
+		AddReportEntry("cluster-virt-handler-crashloop", fmt.Sprintf("fail-fast pod %s Failed, compute exit %d (%s); Failed pods seen Failed for %v before their deletion; statuses by count %v / %v / %v\n%s",
+			failed.Name, compute.ExitCode, compute.Reason, l.failedWindows(), tr.StatusesAt(1), tr.StatusesAt(2), tr.StatusesAt(3), table))
 	})
 })
 
