@@ -26,7 +26,11 @@
 // KubeVirt's components, the API server, etcd, the namespace and, unless
 // --keep-state, the state folder. After a SIGKILL the kernel ends the
 // children and frees the namespace; the next "up" removes the podman
-// containers a killed stack left. Exit codes: 0 clean, 1 the
+// containers a killed stack left. With --node-side virt-handler the state
+// folder's node-pid1 holds the host's PID of the node namespace's PID 1:
+// nsenter -t it -p -m -n enters the node, where podman lists virt-handler's
+// and the launcher pods' containers (clusterlite.ContainerPID maps their
+// PIDs to the host's, so that a test can signal one by PID). Exit codes: 0 clean, 1 the
 // stack failed or did not stop cleanly, 3 bad flags.
 package main
 

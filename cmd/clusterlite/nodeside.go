@@ -92,6 +92,9 @@ func (s *stack) startNodeSide(ctx context.Context, o upOptions) error {
 	if n.node, err = clusterlite.StartNode(ctx, self, filepath.Join(s.stateDir, "nodens"), s.cp.NetNSPath(), s.log); err != nil {
 		return err
 	}
+	if err := n.node.WritePID1(s.stateDir); err != nil {
+		return err
+	}
 	if n.devices, err = deviceplugin.Start(filepath.Join(n.node.KubeletDir(), "device-plugins"), nil, s.log.With("component", "device-plugins")); err != nil {
 		return err
 	}

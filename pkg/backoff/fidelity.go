@@ -25,7 +25,7 @@ const (
 type FidelityRule struct {
 	// ID names the rule: a section letter (A curve, B time left,
 	// C counting, D printable status, E manual operations, S run strategy
-	// sync) and a number.
+	// sync, H KubeVirt's virt-handler on our node) and a number.
 	ID string
 	// Rule says what situation the rule is about.
 	Rule string
@@ -50,7 +50,7 @@ func (r FidelityRule) Verdict() string {
 }
 
 // FidelityRules lists the rules of sections A-D and S (the controller's
-// side), in order. pkg/vmops adds section E (virt-api's side).
+// side) and H (the node side under KubeVirt's virt-handler), in order. pkg/vmops adds section E (virt-api's side).
 func FidelityRules() []FidelityRule {
 	curve := func(id string, n int, lo, hi string) FidelityRule {
 		rule := fmt.Sprintf("backoff delay, failure count %d", n)
@@ -66,7 +66,7 @@ func FidelityRules() []FidelityRule {
 	same := func(id, rule, both string, fromCode bool) FidelityRule {
 		return FidelityRule{ID: id, Rule: rule, Upstream: both, Ours: both, FromCode: fromCode}
 	}
-	return []FidelityRule{
+	return append([]FidelityRule{
 		curve("A1", 0, "10", "15"),
 		curve("A2", 1, "10", "15"),
 		curve("A3", 2, "40", "60"),
@@ -131,6 +131,24 @@ func FidelityRules() []FidelityRule {
 			Ours: "Pending → Scheduling (launcher process spawned) → Failed: the launcher dies before it reports Scheduled", Deviation: DeviationPhases, FromCode: true},
 		{ID: "S9", Rule: "launcher that cannot be created, retried", Upstream: "through the VMI controller's rate-limited work queue",
 			Ours: "the same Pending VMI after 1 s, doubling to 60 s (scaled)", Deviation: DeviationRetryCadence, FromCode: true},
+	}, virtHandlerRules()...)
+}
+
+// virtHandlerRules are section H: KubeVirt's own virt-handler on
+// cluster-lite's node (clusterlite up --node-side virt-handler) around our
+// KubeVirt-mode launcher and our kubelet. Upstream's side is read from
+// virt-handler's code; ours is what the cluster lane's spec observes with
+// virt-handler v1.6.0 itself (functests/cluster/virthandler_restart_test.go),
+// which checks each clause of the text.
+func virtHandlerRules() []FidelityRule {
+	both := func(id, rule, text string) FidelityRule {
+		return FidelityRule{ID: id, Rule: rule, Upstream: text, Ours: text, FromCode: true}
+	}
+	return []FidelityRule{
+		both("H1", "virt-handler SIGKILLed and restarted while a VMI runs",
+			"the VMI stays Running (every watch event), the same QEMU process, no new VMI or pod: the restarted virt-handler's domain informer lists each launcher's domain "+
+				"(GetDomain on its socket) before its VMI workers start. A Running VMI whose domain is missing from that list is failed "+
+				"(kubevirt/kubevirt#18763, #18765: after a migration, or with an unreachable socket)"),
 	}
 }
 
