@@ -84,6 +84,9 @@ type kvLoop struct {
 	// failedFor is how long each Failed pod was seen before its deletion.
 	failedFor map[types.UID]time.Duration
 	failedAt  map[types.UID]time.Time
+	// vmis is the latest copy of each VMI seen, for the phases a failed
+	// attempt went through and who wrote them.
+	vmis map[types.UID]*v1.VirtualMachineInstance
 }
 
 func (l *kvLoop) record(t watch.EventType, obj runtime.Object) {
@@ -99,6 +102,10 @@ func (l *kvLoop) record(t watch.EventType, obj runtime.Object) {
 		l.trace = l.trace.Add(cluster.Sample{At: time.Now(), Status: string(o.Status.PrintableStatus), Count: count})
 	case *v1.VirtualMachineInstance:
 		l.attempts[o.UID] = cluster.AttemptFrom(o)
+		if l.vmis == nil {
+			l.vmis = map[types.UID]*v1.VirtualMachineInstance{}
+		}
+		l.vmis[o.UID] = o
 	case *k8sv1.Pod:
 		if !strings.HasPrefix(o.Name, "virt-launcher-"+l.name+"-") || o.Status.Phase != k8sv1.PodFailed {
 			return
@@ -209,6 +216,27 @@ func (l *kvLoop) attemptCount() int {
 	return len(l.attempts)
 }
 
+// firstFailedPath is the phases the first failed VMI went through and
+// the field managers of its last copy seen: where the two stacks differ.
+func (l *kvLoop) firstFailedPath() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var first *v1.VirtualMachineInstance
+	for _, vmi := range l.vmis {
+		if vmi.Status.Phase == v1.Failed && (first == nil || vmi.CreationTimestamp.Before(&first.CreationTimestamp)) {
+			first = vmi
+		}
+	}
+	if first == nil {
+		return "no failed VMI seen"
+	}
+	var phases []string
+	for _, t := range first.Status.PhaseTransitionTimestamps {
+		phases = append(phases, string(t.Phase))
+	}
+	return fmt.Sprintf("VMI %s: %s, managers %s", first.UID, strings.Join(phases, " → "), strings.Join(managersOf(first.ManagedFields), ", "))
+}
+
 // loopState is the VM's printable status and whether it carries a
 // start-failure record, the two things a stop and a recovery decide.
 func (l *kvLoop) loopState() string {
@@ -245,7 +273,7 @@ func checkKVLoop(l *kvLoop, who string, upTo int, looping bool) (cluster.Trace, 
 		Expect(vm.Status.StartFailure).NotTo(BeNil(), "%s start failure", who)
 		Expect(vm.Status.StartFailure.ConsecutiveFailCount).To(BeNumerically(">=", upTo), "%s start-failure count", who)
 	}
-	return tr, gapTable(who, gaps, upTo)
+	return tr, gapTable(who, gaps, upTo) + fmt.Sprintf("%-32s first failed %s\n", who, l.firstFailedPath())
 }
 
 // stopKVLoops stops KubeVirt's Always and RerunOnFailure loops in the
