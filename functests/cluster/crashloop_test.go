@@ -84,6 +84,9 @@ type kvLoop struct {
 	// failedFor is how long each Failed pod was seen before its deletion.
 	failedFor map[types.UID]time.Duration
 	failedAt  map[types.UID]time.Time
+	// vmis is the latest copy of each VMI seen, for the phases a failed
+	// attempt went through and who wrote them.
+	vmis map[types.UID]*v1.VirtualMachineInstance
 }
 
 func (l *kvLoop) record(t watch.EventType, obj runtime.Object) {
@@ -99,6 +102,10 @@ func (l *kvLoop) record(t watch.EventType, obj runtime.Object) {
 		l.trace = l.trace.Add(cluster.Sample{At: time.Now(), Status: string(o.Status.PrintableStatus), Count: count})
 	case *v1.VirtualMachineInstance:
 		l.attempts[o.UID] = cluster.AttemptFrom(o)
+		if l.vmis == nil {
+			l.vmis = map[types.UID]*v1.VirtualMachineInstance{}
+		}
+		l.vmis[o.UID] = o
 	case *k8sv1.Pod:
 		if !strings.HasPrefix(o.Name, "virt-launcher-"+l.name+"-") || o.Status.Phase != k8sv1.PodFailed {
 			return
@@ -185,6 +192,180 @@ func (l *kvLoop) snapshot() (cluster.Trace, []cluster.Attempt, *v1.VirtualMachin
 	return append(cluster.Trace(nil), l.trace...), as, l.vm
 }
 
+// newKVLoop follows the VM name of the given run strategy on the cluster
+// of kc (nil: the lane's), and its launcher pods too if pods is set,
+// until ctx ends.
+func newKVLoop(ctx context.Context, kc kubecli.KubevirtClient, name string, strategy v1.VirtualMachineRunStrategy, pods bool) *kvLoop {
+	l := &kvLoop{name: name, strategy: strategy, kc: kc, pods: pods, attempts: map[types.UID]cluster.Attempt{}}
+	l.follow(ctx)
+	return l
+}
+
+// client is the client of the loop's cluster.
+func (l *kvLoop) client() kubecli.KubevirtClient {
+	if l.kc == nil {
+		return client
+	}
+	return l.kc
+}
+
+// attemptCount is how many VMIs of the VM have been seen.
+func (l *kvLoop) attemptCount() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.attempts)
+}
+
+// firstFailedPath is the phases the first failed VMI went through and
+// the field managers of its last copy seen: where the two stacks differ.
+func (l *kvLoop) firstFailedPath() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var first *v1.VirtualMachineInstance
+	for _, vmi := range l.vmis {
+		if vmi.Status.Phase == v1.Failed && (first == nil || vmi.CreationTimestamp.Before(&first.CreationTimestamp)) {
+			first = vmi
+		}
+	}
+	if first == nil {
+		return "no failed VMI seen"
+	}
+	var phases []string
+	for _, t := range first.Status.PhaseTransitionTimestamps {
+		phases = append(phases, string(t.Phase))
+	}
+	return fmt.Sprintf("VMI %s: %s, managers %s", first.UID, strings.Join(phases, " → "), strings.Join(managersOf(first.ManagedFields), ", "))
+}
+
+// loopState is the VM's printable status and whether it carries a
+// start-failure record, the two things a stop and a recovery decide.
+func (l *kvLoop) loopState() string {
+	_, _, vm := l.snapshot()
+	if vm == nil {
+		return "no VM seen"
+	}
+	return fmt.Sprintf("%s startFailure=%v", vm.Status.PrintableStatus, vm.Status.StartFailure != nil)
+}
+
+// checkKVLoop asserts the lane's rules for one of KubeVirt's crash loops
+// over failure counts 1..upTo: the counts came in order and each showed
+// CrashLoopBackOff, and every retry started inside KubeVirt's envelope
+// (2 s of slack: Kubernetes timestamps have whole seconds). looping says
+// the VM is still in its loop, so its start-failure record is checked
+// too. It returns the trace and the gaps as table lines named who.
+func checkKVLoop(l *kvLoop, who string, upTo int, looping bool) (cluster.Trace, string) {
+	tr, as, vm := l.snapshot()
+	gaps := cluster.Gaps(as, 1)
+	Expect(len(gaps)).To(BeNumerically(">=", upTo), "%s gaps %+v", who, gaps)
+	Expect(cluster.CheckEnvelope(gaps[:upTo], 2*time.Second)).To(Succeed(), "%s gaps %+v", who, gaps)
+	var counts, want []int
+	for _, c := range tr.Counts() {
+		if c >= 1 && c <= upTo {
+			counts = append(counts, c)
+		}
+	}
+	for n := 1; n <= upTo; n++ {
+		want = append(want, n)
+		Expect(tr.StatusesAt(n)).To(ContainElement(string(v1.VirtualMachineStatusCrashLoopBackOff)), "%s statuses at count %d: %+v", who, n, tr)
+	}
+	Expect(counts).To(Equal(want), "%s start-failure counts, trace %+v", who, tr)
+	if looping {
+		Expect(vm.Status.StartFailure).NotTo(BeNil(), "%s start failure", who)
+		Expect(vm.Status.StartFailure.ConsecutiveFailCount).To(BeNumerically(">=", upTo), "%s start-failure count", who)
+	}
+	return tr, gapTable(who, gaps, upTo) + fmt.Sprintf("%-32s first failed %s\n", who, l.firstFailedPath())
+}
+
+// stopKVLoops stops KubeVirt's Always and RerunOnFailure loops in the
+// middle, as the lane's stop scenario does: the stop subresource for
+// Always; for RerunOnFailure, once no VMI is live, the stop subresource
+// (KubeVirt v1.6.0 refuses it with 409), runStrategy Halted (which
+// virt-controller turns into Always while a Start request is pending), and
+// what does stop it. The caller waits for both to show Stopped.
+func stopKVLoops(ctx context.Context, always, rerun *kvLoop) {
+	By("KubeVirt, Always: the stop subresource")
+	Expect(always.client().VirtualMachine(namespace()).Stop(ctx, always.name, &v1.StopOptions{})).To(Succeed())
+
+	By("KubeVirt, RerunOnFailure: the stop subresource while no VMI is live")
+	// The loops' spec ends when the fourth attempt appears, and that VMI
+	// may still be pending or scheduling; virt-api lets a stop through
+	// while a VMI is live, so wait for it to fail and be removed (the
+	// backoff after failure 4 then leaves well over a minute of no VMI).
+	kc := rerun.client()
+	Eventually(func() string {
+		vmi, err := kc.VirtualMachineInstance(namespace()).Get(ctx, rerun.name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return ""
+		case err != nil:
+			return err.Error()
+		case vmi.IsFinal():
+			return ""
+		}
+		return fmt.Sprintf("VMI %s is %s", vmi.UID, vmi.Status.Phase)
+	}).WithTimeout(2*time.Minute).WithPolling(200*time.Millisecond).Should(BeEmpty(), "KubeVirt %s", rerun.name)
+	vms := kc.VirtualMachine(namespace())
+	err := vms.Stop(ctx, rerun.name, &v1.StopOptions{})
+	fmt.Fprintf(GinkgoWriter, "KubeVirt stop of RerunOnFailure VM %s in CrashLoopBackOff: %v\n", rerun.name, err)
+	if lite != nil {
+		// KubeVirt v1.6.0, pkg/virt-api/rest/lifecycle.go: for
+		// RerunOnFailure and Manual, no VMI or a final one is a conflict.
+		Expect(apierrors.IsConflict(err)).To(BeTrue(), "expected KubeVirt v1.6.0's 409, got %v", err)
+		Expect(err.Error()).To(ContainSubstring("VM is not running"))
+	}
+	if err == nil {
+		return
+	}
+	By("KubeVirt, RerunOnFailure: runStrategy Halted, which virt-controller turns into Always")
+	// The failed VMI is gone and a Start request waits in
+	// status.stateChangeRequests for the backoff to expire; with Halted,
+	// no VMI and a Start request pending, virt-controller sets
+	// runStrategy: Always (pkg/virt-controller/watch/vm/vm.go, case
+	// RunStrategyHalted) and the loop goes on.
+	halt := []byte(`[{"op":"replace","path":"/spec/runStrategy","value":"Halted"}]`)
+	_, err = vms.Patch(ctx, rerun.name, types.JSONPatchType, halt, metav1.PatchOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	flipped := Eventually(func() v1.VirtualMachineRunStrategy {
+		vm, err := vms.Get(ctx, rerun.name, metav1.GetOptions{})
+		if err != nil || vm.Spec.RunStrategy == nil {
+			return ""
+		}
+		return *vm.Spec.RunStrategy
+	}).WithTimeout(15 * time.Second).WithPolling(100 * time.Millisecond)
+	if lite != nil {
+		flipped.Should(Equal(v1.RunStrategyAlways), "KubeVirt v1.6.0 rewrites Halted to Always while a Start request is pending")
+		_, _, vm := rerun.snapshot()
+		fmt.Fprintf(GinkgoWriter, "KubeVirt RerunOnFailure after runStrategy Halted: runStrategy %s, %s, startFailure count %d, stateChangeRequests %v\n",
+			*vm.Spec.RunStrategy, vm.Status.PrintableStatus, vm.Status.StartFailure.ConsecutiveFailCount, vm.Status.StateChangeRequests)
+	}
+
+	By("KubeVirt, RerunOnFailure: what stops it: drop the pending Start request from the status, then Halted")
+	drop := []byte(`[{"op":"remove","path":"/status/stateChangeRequests"}]`)
+	_, err = vms.Patch(ctx, rerun.name, types.JSONPatchType, drop, metav1.PatchOptions{}, "status")
+	Expect(err).NotTo(HaveOccurred())
+	_, err = vms.Patch(ctx, rerun.name, types.JSONPatchType, halt, metav1.PatchOptions{})
+	Expect(err).NotTo(HaveOccurred())
+}
+
+// recoverKVLoops removes the fail-fast annotation from both stopped VMs
+// and starts them again: Always through the start subresource (the stop
+// left it Halted), RerunOnFailure by setting its runStrategy back. It
+// returns when it began, for the check that nothing started before.
+func recoverKVLoops(ctx context.Context, always, rerun *kvLoop) time.Time {
+	patch, err := cluster.RemoveTemplateAnnotationPatch(failFast)
+	Expect(err).NotTo(HaveOccurred())
+	startedAt := time.Now()
+	for _, l := range []*kvLoop{always, rerun} {
+		_, err := l.client().VirtualMachine(namespace()).Patch(ctx, l.name, types.JSONPatchType, patch, metav1.PatchOptions{})
+		Expect(err).NotTo(HaveOccurred(), "removing the annotation of %s", l.name)
+	}
+	Expect(always.client().VirtualMachine(namespace()).Start(ctx, always.name, &v1.StartOptions{})).To(Succeed())
+	back, _ := json.Marshal([]map[string]any{{"op": "replace", "path": "/spec/runStrategy", "value": string(v1.RunStrategyRerunOnFailure)}})
+	_, err = rerun.client().VirtualMachine(namespace()).Patch(ctx, rerun.name, types.JSONPatchType, back, metav1.PatchOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	return startedAt
+}
+
 // ourLoop is the same VM run by our virt-controller.
 type ourLoop struct {
 	name     string
@@ -220,19 +401,31 @@ func gapTable(who string, gaps []cluster.Gap, n int) string {
 	return b.String()
 }
 
-// createOnCluster creates vm on the cluster and, when the spec's container
-// ends, deletes it and waits for its VMI to go.
-func createOnCluster(ctx context.Context, vm *v1.VirtualMachine) {
-	_, err := client.VirtualMachine(namespace()).Create(ctx, vm, metav1.CreateOptions{})
-	Expect(err).NotTo(HaveOccurred())
-	name := vm.Name
+// createOnCluster creates vm on the lane's cluster and, when the spec's
+// container ends, deletes it and waits for its VMI to go.
+func createOnCluster(ctx context.Context, vm *v1.VirtualMachine) { createVMs(ctx, client, vm) }
+
+// createVMs creates vms on the cluster of kc and, when the spec's
+// container ends, deletes them all and then waits for their VMIs to go, so
+// that their guests shut down at the same time.
+func createVMs(ctx context.Context, kc kubecli.KubevirtClient, vms ...*v1.VirtualMachine) {
+	var names []string
+	for _, vm := range vms {
+		_, err := kc.VirtualMachine(vm.Namespace).Create(ctx, vm, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred(), "creating VM %s", vm.Name)
+		names = append(names, vm.Name)
+	}
 	DeferCleanup(func() {
 		bg := context.Background()
-		_ = client.VirtualMachine(namespace()).Delete(bg, name, metav1.DeleteOptions{})
-		Eventually(func() bool {
-			_, err := client.VirtualMachineInstance(namespace()).Get(bg, name, metav1.GetOptions{})
-			return apierrors.IsNotFound(err)
-		}).WithTimeout(2*time.Minute).WithPolling(time.Second).Should(BeTrue(), "VMI %s not gone after its VM was deleted", name)
+		for _, name := range names {
+			_ = kc.VirtualMachine(namespace()).Delete(bg, name, metav1.DeleteOptions{})
+		}
+		for _, name := range names {
+			Eventually(func() bool {
+				_, err := kc.VirtualMachineInstance(namespace()).Get(bg, name, metav1.GetOptions{})
+				return apierrors.IsNotFound(err)
+			}).WithTimeout(2*time.Minute).WithPolling(200*time.Millisecond).Should(BeTrue(), "VMI %s not gone after its VM was deleted", name)
+		}
 	})
 }
 
@@ -269,10 +462,9 @@ var _ = Describe("crash loops on KubeVirt's own controller and on ours", Ordered
 		suffix := fmt.Sprintf("%d", time.Now().Unix()%100000)
 		var manifests []string
 		for _, s := range strategies {
-			l := &kvLoop{name: "kv-" + short[s] + "-" + suffix, strategy: s, attempts: map[types.UID]cluster.Attempt{}}
+			l := newKVLoop(ctx, nil, "kv-"+short[s]+"-"+suffix, s, false)
 			createOnCluster(ctx, crashingVM(l.name, s, lite != nil))
 			kv[s] = l
-			l.follow(ctx)
 			o := ourLoop{name: "ours-" + short[s] + "-" + suffix}
 			o.manifest = writeVM(work, crashingVM(o.name, s, true))
 			ours[s] = o
@@ -286,8 +478,8 @@ var _ = Describe("crash loops on KubeVirt's own controller and on ours", Ordered
 		Eventually(func() string {
 			var missing []string
 			for _, s := range strategies {
-				if _, as, _ := kv[s].snapshot(); len(as) < upTo+1 {
-					missing = append(missing, fmt.Sprintf("%s: %d attempts", kv[s].name, len(as)))
+				if n := kv[s].attemptCount(); n < upTo+1 {
+					missing = append(missing, fmt.Sprintf("%s: %d attempts", kv[s].name, n))
 				}
 				if _, as := ours[s].snapshot(proc); len(as) < upTo+1 {
 					missing = append(missing, fmt.Sprintf("%s: %d attempts", ours[s].name, len(as)))
@@ -298,19 +490,15 @@ var _ = Describe("crash loops on KubeVirt's own controller and on ours", Ordered
 
 		var table strings.Builder
 		for _, s := range strategies {
-			kvTrace, kvAttempts, vm := kv[s].snapshot()
+			kvTrace, kvTable := checkKVLoop(kv[s], "KubeVirt "+string(s), upTo, true)
 			ourTrace, ourAttempts := ours[s].snapshot(proc)
-			kvGaps, ourGaps := cluster.Gaps(kvAttempts, 1), cluster.Gaps(ourAttempts, 1)
-			table.WriteString(gapTable("KubeVirt "+string(s), kvGaps, upTo))
+			ourGaps := cluster.Gaps(ourAttempts, 1)
+			table.WriteString(kvTable)
 			table.WriteString(gapTable("ours "+string(s), ourGaps, upTo))
-			Expect(len(kvGaps)).To(BeNumerically(">=", upTo), "KubeVirt %s gaps %+v", s, kvGaps)
 			Expect(len(ourGaps)).To(BeNumerically(">=", upTo), "our %s gaps %+v", s, ourGaps)
-			// Kubernetes timestamps have whole seconds: 2 s of slack for
-			// KubeVirt's side; ours are exact to the nanosecond.
-			Expect(cluster.CheckEnvelope(kvGaps[:upTo], 2*time.Second)).To(Succeed(), "KubeVirt %s", s)
+			// Ours are exact to the nanosecond (KubeVirt's timestamps
+			// have whole seconds, hence its 2 s).
 			Expect(cluster.CheckEnvelope(ourGaps[:upTo], 500*time.Millisecond)).To(Succeed(), "ours %s", s)
-			Expect(vm.Status.StartFailure).NotTo(BeNil())
-			Expect(vm.Status.StartFailure.ConsecutiveFailCount).To(BeNumerically(">=", upTo))
 			Expect(cluster.CompareLoops(kvTrace, ourTrace, "KubeVirt "+string(s), "ours "+string(s), upTo)).To(Succeed(),
 				"KubeVirt trace %+v\nour trace %+v", kvTrace, ourTrace)
 			fmt.Fprintf(GinkgoWriter, "KubeVirt %s statuses by count: %v / %v / %v; ours: %v / %v / %v\n", s,
@@ -322,68 +510,7 @@ var _ = Describe("crash loops on KubeVirt's own controller and on ours", Ordered
 
 	It("stops in the middle of the loop and clears the record; KubeVirt refuses to stop RerunOnFailure, ours does not", func() {
 		stoppedAt = time.Now()
-		By("KubeVirt, Always: the stop subresource")
-		Expect(client.VirtualMachine(namespace()).Stop(ctx, kv[v1.RunStrategyAlways].name, &v1.StopOptions{})).To(Succeed())
-
-		By("KubeVirt, RerunOnFailure: the stop subresource while no VMI is live")
-		// The first spec ends when the fourth attempt appears, and that VMI
-		// may still be pending or scheduling; virt-api lets a stop through
-		// while a VMI is live, so wait for it to fail and be removed (the
-		// backoff after failure 4 then leaves well over a minute of no VMI).
-		rerunName := kv[v1.RunStrategyRerunOnFailure].name
-		Eventually(func() string {
-			vmi, err := client.VirtualMachineInstance(namespace()).Get(ctx, rerunName, metav1.GetOptions{})
-			switch {
-			case apierrors.IsNotFound(err):
-				return ""
-			case err != nil:
-				return err.Error()
-			case vmi.IsFinal():
-				return ""
-			}
-			return fmt.Sprintf("VMI %s is %s", vmi.UID, vmi.Status.Phase)
-		}).WithTimeout(2*time.Minute).WithPolling(200*time.Millisecond).Should(BeEmpty(), "KubeVirt %s", rerunName)
-		err := client.VirtualMachine(namespace()).Stop(ctx, kv[v1.RunStrategyRerunOnFailure].name, &v1.StopOptions{})
-		fmt.Fprintf(GinkgoWriter, "KubeVirt stop of a RerunOnFailure VM in CrashLoopBackOff: %v\n", err)
-		if lite != nil {
-			// KubeVirt v1.6.0, pkg/virt-api/rest/lifecycle.go: for
-			// RerunOnFailure and Manual, no VMI or a final one is a conflict.
-			Expect(apierrors.IsConflict(err)).To(BeTrue(), "expected KubeVirt v1.6.0's 409, got %v", err)
-			Expect(err.Error()).To(ContainSubstring("VM is not running"))
-		}
-		if err != nil {
-			rerun := kv[v1.RunStrategyRerunOnFailure].name
-			vms := client.VirtualMachine(namespace())
-			By("KubeVirt, RerunOnFailure: runStrategy Halted, which virt-controller turns into Always")
-			// The failed VMI is gone and a Start request waits in
-			// status.stateChangeRequests for the backoff to expire; with
-			// Halted, no VMI and a Start request pending, virt-controller
-			// sets runStrategy: Always (pkg/virt-controller/watch/vm/vm.go,
-			// case RunStrategyHalted) and the loop goes on.
-			halt := []byte(`[{"op":"replace","path":"/spec/runStrategy","value":"Halted"}]`)
-			_, err = vms.Patch(ctx, rerun, types.JSONPatchType, halt, metav1.PatchOptions{})
-			Expect(err).NotTo(HaveOccurred())
-			flipped := Eventually(func() v1.VirtualMachineRunStrategy {
-				vm, err := vms.Get(ctx, rerun, metav1.GetOptions{})
-				if err != nil || vm.Spec.RunStrategy == nil {
-					return ""
-				}
-				return *vm.Spec.RunStrategy
-			}).WithTimeout(15 * time.Second).WithPolling(100 * time.Millisecond)
-			if lite != nil {
-				flipped.Should(Equal(v1.RunStrategyAlways), "KubeVirt v1.6.0 rewrites Halted to Always while a Start request is pending")
-				_, _, vm := kv[v1.RunStrategyRerunOnFailure].snapshot()
-				fmt.Fprintf(GinkgoWriter, "KubeVirt RerunOnFailure after runStrategy Halted: runStrategy %s, %s, startFailure count %d, stateChangeRequests %v\n",
-					*vm.Spec.RunStrategy, vm.Status.PrintableStatus, vm.Status.StartFailure.ConsecutiveFailCount, vm.Status.StateChangeRequests)
-			}
-
-			By("KubeVirt, RerunOnFailure: what stops it: drop the pending Start request from the status, then Halted")
-			drop := []byte(`[{"op":"remove","path":"/status/stateChangeRequests"}]`)
-			_, err = vms.Patch(ctx, rerun, types.JSONPatchType, drop, metav1.PatchOptions{}, "status")
-			Expect(err).NotTo(HaveOccurred())
-			_, err = vms.Patch(ctx, rerun, types.JSONPatchType, halt, metav1.PatchOptions{})
-			Expect(err).NotTo(HaveOccurred())
-		}
+		stopKVLoops(ctx, kv[v1.RunStrategyAlways], kv[v1.RunStrategyRerunOnFailure])
 
 		By("ours, both strategies: virt-controller stop")
 		for _, s := range strategies {
@@ -392,10 +519,7 @@ var _ = Describe("crash loops on KubeVirt's own controller and on ours", Ordered
 		}
 
 		for _, s := range strategies {
-			Eventually(func() string {
-				_, _, vm := kv[s].snapshot()
-				return fmt.Sprintf("%s startFailure=%v", vm.Status.PrintableStatus, vm.Status.StartFailure != nil)
-			}).WithTimeout(time.Minute).WithPolling(200*time.Millisecond).Should(Equal("Stopped startFailure=false"), "KubeVirt %s", s)
+			Eventually(kv[s].loopState).WithTimeout(time.Minute).WithPolling(200*time.Millisecond).Should(Equal("Stopped startFailure=false"), "KubeVirt %s", s)
 			Eventually(func() string {
 				st := ctlharness.Status(bins.Controller, filepath.Join(work, "state"), ours[s].name)
 				return fmt.Sprintf("%s startFailure=%v", st.Status.PrintableStatus, st.Status.StartFailure != nil)
@@ -404,17 +528,7 @@ var _ = Describe("crash loops on KubeVirt's own controller and on ours", Ordered
 	})
 
 	It("recovers to Running with the record cleared once the fail-fast annotation is gone", func() {
-		patch, err := cluster.RemoveTemplateAnnotationPatch(failFast)
-		Expect(err).NotTo(HaveOccurred())
-		startedAt := time.Now()
-		for _, s := range strategies {
-			_, err := client.VirtualMachine(namespace()).Patch(ctx, kv[s].name, types.JSONPatchType, patch, metav1.PatchOptions{})
-			Expect(err).NotTo(HaveOccurred())
-		}
-		Expect(client.VirtualMachine(namespace()).Start(ctx, kv[v1.RunStrategyAlways].name, &v1.StartOptions{})).To(Succeed())
-		back, _ := json.Marshal([]map[string]any{{"op": "replace", "path": "/spec/runStrategy", "value": string(v1.RunStrategyRerunOnFailure)}})
-		_, err = client.VirtualMachine(namespace()).Patch(ctx, kv[v1.RunStrategyRerunOnFailure].name, types.JSONPatchType, back, metav1.PatchOptions{})
-		Expect(err).NotTo(HaveOccurred())
+		startedAt := recoverKVLoops(ctx, kv[v1.RunStrategyAlways], kv[v1.RunStrategyRerunOnFailure])
 
 		for _, s := range strategies {
 			// The manifest is our controller's VM object: the same edits
@@ -437,10 +551,7 @@ var _ = Describe("crash loops on KubeVirt's own controller and on ours", Ordered
 		}
 
 		for _, s := range strategies {
-			Eventually(func() string {
-				_, _, vm := kv[s].snapshot()
-				return fmt.Sprintf("%s startFailure=%v", vm.Status.PrintableStatus, vm.Status.StartFailure != nil)
-			}).WithTimeout(3*time.Minute).WithPolling(200*time.Millisecond).Should(Equal("Running startFailure=false"), "KubeVirt %s", s)
+			Eventually(kv[s].loopState).WithTimeout(3*time.Minute).WithPolling(200*time.Millisecond).Should(Equal("Running startFailure=false"), "KubeVirt %s", s)
 			Eventually(func() string {
 				st := ctlharness.Status(bins.Controller, filepath.Join(work, "state"), ours[s].name)
 				return fmt.Sprintf("%s startFailure=%v", st.Status.PrintableStatus, st.Status.StartFailure != nil)

@@ -88,84 +88,149 @@ var _ = Describe("KubeVirt's own virt-handler on cluster-lite's node", Label("vi
 			bound.Sub(created).Round(100*time.Millisecond), running.Sub(bound).Round(100*time.Millisecond), running.Sub(created).Round(100*time.Millisecond),
 			podGone.Round(100*time.Millisecond), strings.Join(names, ", ")))
 	})
-	It("crash-loops KubeVirt's fail-fast VM through counts 1, 2, 3 in CrashLoopBackOff inside KubeVirt's envelope, its pods failing through the agent's compute status, and runs it, status by virt-handler, once the annotation is gone", func(ctx SpecContext) {
-		const upTo = 3
-		name := fmt.Sprintf("vh-crash-%d", time.Now().Unix()%100000)
-		vm := crashingVM(name, v1.RunStrategyAlways, true)
-		noPodNet := false
-		vm.Spec.Template.Spec.Domain.Devices.AutoattachPodInterface = &noPodNet
-		follow, stopFollowing := context.WithCancel(context.Background())
-		DeferCleanup(stopFollowing)
-		l := &kvLoop{name: name, strategy: v1.RunStrategyAlways, kc: kc, pods: true, attempts: map[types.UID]cluster.Attempt{}}
-		l.follow(follow)
-		_, err := kc.VirtualMachine(namespace()).Create(ctx, vm, metav1.CreateOptions{})
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func(ctx SpecContext) {
-			_ = kc.VirtualMachine(namespace()).Delete(ctx, name, metav1.DeleteOptions{})
-			Eventually(func() bool {
-				_, err := kc.VirtualMachineInstance(namespace()).Get(ctx, name, metav1.GetOptions{})
-				return apierrors.IsNotFound(err)
-			}).WithTimeout(2*time.Minute).WithPolling(200*time.Millisecond).Should(BeTrue(), "VMI %s not gone after its VM was deleted", name)
+	// The lane's crash-loop scenarios on KubeVirt's controller, here with
+	// KubeVirt's virt-handler on the node: three fail-fast VMs loop at the
+	// same time, so that the lane waits out KubeVirt's backoff once.
+	Describe("KubeVirt's crash loops, three fail-fast VMs at once", Ordered, func() {
+		const upTo = 3 // failure counts whose retry delay is checked
+		var (
+			// inLoop (Always) runs once its annotation goes while it waits
+			// out failure 3; always and rerun are stopped in the loop and
+			// started again, as in the lane's scenarios on its own stack.
+			inLoop, always, rerun *kvLoop
+			stoppedAt             time.Time
+		)
+		BeforeAll(func(ctx SpecContext) {
+			follow, stopFollowing := context.WithCancel(context.Background())
+			DeferCleanup(stopFollowing)
+			suffix := fmt.Sprintf("%d", time.Now().Unix()%100000)
+			inLoop = newKVLoop(follow, kc, "vh-crash-"+suffix, v1.RunStrategyAlways, true)
+			always = newKVLoop(follow, kc, "vh-always-"+suffix, v1.RunStrategyAlways, true)
+			rerun = newKVLoop(follow, kc, "vh-rerun-"+suffix, v1.RunStrategyRerunOnFailure, true)
+			var vms []*v1.VirtualMachine
+			for _, l := range []*kvLoop{inLoop, always, rerun} {
+				vm := crashingVM(l.name, l.strategy, true)
+				noPodNet := false // no pod network yet on this stack
+				vm.Spec.Template.Spec.Domain.Devices.AutoattachPodInterface = &noPodNet
+				vms = append(vms, vm)
+			}
+			createVMs(ctx, kc, vms...)
 		})
 
-		By("the first launcher pod fails: compute's exit code in the status the agent reports as kubelet")
-		Eventually(func() int { return len(l.failedPods()) }).WithTimeout(2*time.Minute).WithPolling(100*time.Millisecond).
-			Should(BeNumerically(">", 0), func() string {
-				return fmt.Sprintf("a Failed launcher pod of %s, seen through a watch; the stack log %s on it:\n%s", name, s.logPath, linesWith(s.logPath, name, 40))
-			})
-		failed := l.failedPods()[0]
-		var compute *k8sv1.ContainerStateTerminated
-		for _, cs := range failed.Status.ContainerStatuses {
-			if cs.Name == "compute" {
-				compute = cs.State.Terminated
-			}
-		}
-		Expect(compute).NotTo(BeNil(), "compute's status in pod %s: %+v", failed.Name, failed.Status.ContainerStatuses)
-		Expect(compute.ExitCode).NotTo(BeZero(), "the fail-fast launcher's exit code")
-
-		By("waiting for the third failure and CrashLoopBackOff")
-		Eventually(func() string {
-			_, as, vm := l.snapshot()
-			done := 0
-			for _, a := range as {
-				if !a.Finished.IsZero() {
-					done++
+		It("crash-loops all three through counts 1, 2, 3 in CrashLoopBackOff inside KubeVirt's envelope, their pods failing through the agent's compute status, and runs the one whose annotation goes while it waits out failure 3, status by virt-handler", func(ctx SpecContext) {
+			loops := []*kvLoop{inLoop, always, rerun}
+			By("the first launcher pod of each VM fails: compute's exit code in the status the agent reports as kubelet")
+			var firsts []string
+			for _, l := range loops {
+				Eventually(func() int { return len(l.failedPods()) }).WithTimeout(2*time.Minute).WithPolling(100*time.Millisecond).
+					Should(BeNumerically(">", 0), func() string {
+						return fmt.Sprintf("a Failed launcher pod of %s, seen through a watch; the stack log %s on it:\n%s", l.name, s.logPath, linesWith(s.logPath, l.name, 40))
+					})
+				failed := l.failedPods()[0]
+				var compute *k8sv1.ContainerStateTerminated
+				for _, cs := range failed.Status.ContainerStatuses {
+					if cs.Name == "compute" {
+						compute = cs.State.Terminated
+					}
 				}
+				Expect(compute).NotTo(BeNil(), "compute's status in pod %s: %+v", failed.Name, failed.Status.ContainerStatuses)
+				Expect(compute.ExitCode).NotTo(BeZero(), "the fail-fast launcher's exit code in pod %s", failed.Name)
+				firsts = append(firsts, fmt.Sprintf("%s compute exit %d (%s)", failed.Name, compute.ExitCode, compute.Reason))
 			}
-			return fmt.Sprintf("%d finished attempts, status %s", done, statusOf(vm))
-		}).WithTimeout(4*time.Minute).WithPolling(200*time.Millisecond).Should(Equal(fmt.Sprintf("%d finished attempts, status CrashLoopBackOff count %d", upTo, upTo)), "VM %s", name)
 
-		By("the annotation removed while it waits out failure 3: the next attempt runs")
-		patch, err := cluster.RemoveTemplateAnnotationPatch(failFast)
-		Expect(err).NotTo(HaveOccurred())
-		_, err = kc.VirtualMachine(namespace()).Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{})
-		Expect(err).NotTo(HaveOccurred())
-		Eventually(func() string {
-			_, _, vm := l.snapshot()
-			return statusOf(vm)
-		}).WithTimeout(4*time.Minute).WithPolling(200*time.Millisecond).Should(Equal("Running count 0"), "VM %s; stack log %s", name, s.logPath)
-		vmi, err := kc.VirtualMachineInstance(namespace()).Get(ctx, name, metav1.GetOptions{})
-		Expect(err).NotTo(HaveOccurred())
-		Expect(vmi.Status.Phase).To(Equal(v1.Running))
-		managers := managersOf(vmi.ManagedFields)
-		Expect(managers).To(ContainElement("virt-handler"), "managedFields of VMI %s", name)
-		Expect(managers).NotTo(ContainElement("clusterlite"), "the node agent writes nothing to VMIs in this mode")
+			By("waiting for the third failure of " + inLoop.name + " and CrashLoopBackOff")
+			Eventually(func() string {
+				_, as, vm := inLoop.snapshot()
+				done := 0
+				for _, a := range as {
+					if !a.Finished.IsZero() {
+						done++
+					}
+				}
+				return fmt.Sprintf("%d finished attempts, status %s", done, statusOf(vm))
+			}).WithTimeout(4*time.Minute).WithPolling(200*time.Millisecond).Should(Equal(fmt.Sprintf("%d finished attempts, status CrashLoopBackOff count %d", upTo, upTo)), "VM %s", inLoop.name)
 
-		tr, as, _ := l.snapshot()
-		gaps := cluster.Gaps(as, 1)
-		Expect(len(gaps)).To(BeNumerically(">=", upTo), "gaps %+v", gaps)
-		// Kubernetes timestamps have whole seconds, as on the lane's stack.
-		Expect(cluster.CheckEnvelope(gaps[:upTo], 2*time.Second)).To(Succeed(), "gaps %+v", gaps)
-		for n := 1; n <= upTo; n++ {
-			Expect(tr.StatusesAt(n)).To(ContainElement(string(v1.VirtualMachineStatusCrashLoopBackOff)), "statuses at count %d: %+v", n, tr)
-		}
-		table := gapTable("KubeVirt Always, virt-handler", gaps, upTo)
-		fmt.Fprint(GinkgoWriter, table)
-		Expect(os.WriteFile(filepath.Join(artifacts, "gaps-virt-handler.txt"), []byte(table), 0o644)).To(Succeed())
-		AddReportEntry("cluster-virt-handler-crashloop", fmt.Sprintf("fail-fast pod %s Failed, compute exit %d (%s); Failed pods seen Failed for %v before their deletion; statuses by count %v / %v / %v\n%s",
-			failed.Name, compute.ExitCode, compute.Reason, l.failedWindows(), tr.StatusesAt(1), tr.StatusesAt(2), tr.StatusesAt(3), table))
+			By("the annotation of " + inLoop.name + " removed while it waits out failure 3: the next attempt runs")
+			patch, err := cluster.RemoveTemplateAnnotationPatch(failFast)
+			Expect(err).NotTo(HaveOccurred())
+			_, err = kc.VirtualMachine(namespace()).Patch(ctx, inLoop.name, types.JSONPatchType, patch, metav1.PatchOptions{})
+			Expect(err).NotTo(HaveOccurred())
+			Eventually(func() string {
+				_, _, vm := inLoop.snapshot()
+				return statusOf(vm)
+			}).WithTimeout(4*time.Minute).WithPolling(200*time.Millisecond).Should(Equal("Running count 0"), "VM %s; stack log %s", inLoop.name, s.logPath)
+			expectRunningByVirtHandler(ctx, kc, inLoop.name)
+
+			By("waiting for the fourth attempt of the other two (the retry after failure 3)")
+			Eventually(func() string {
+				var missing []string
+				for _, l := range []*kvLoop{always, rerun} {
+					if n := l.attemptCount(); n < upTo+1 {
+						missing = append(missing, fmt.Sprintf("%s: %d attempts", l.name, n))
+					}
+				}
+				return strings.Join(missing, ", ")
+			}).WithTimeout(3 * time.Minute).WithPolling(200 * time.Millisecond).Should(BeEmpty())
+
+			var table strings.Builder
+			var statuses []string
+			for _, l := range loops {
+				tr, t := checkKVLoop(l, fmt.Sprintf("KubeVirt %s %s, virt-handler", l.strategy, l.name), upTo, l != inLoop)
+				table.WriteString(t)
+				statuses = append(statuses, fmt.Sprintf("%s statuses by count %v / %v / %v; Failed pods seen Failed for %v before their deletion",
+					l.name, tr.StatusesAt(1), tr.StatusesAt(2), tr.StatusesAt(3), l.failedWindows()))
+			}
+			fmt.Fprint(GinkgoWriter, table.String())
+			Expect(os.WriteFile(filepath.Join(artifacts, "gaps-virt-handler.txt"), []byte(table.String()), 0o644)).To(Succeed())
+			AddReportEntry("cluster-virt-handler-crashloop", fmt.Sprintf("first Failed pods: %s\n%s\n%s",
+				strings.Join(firsts, "; "), strings.Join(statuses, "\n"), table.String()))
+		})
+
+		It("stops Always and RerunOnFailure in the middle of the loop and clears the record; KubeVirt refuses to stop RerunOnFailure once its VMI is final", func(ctx SpecContext) {
+			stoppedAt = time.Now()
+			stopKVLoops(ctx, always, rerun)
+			for _, l := range []*kvLoop{always, rerun} {
+				Eventually(l.loopState).WithTimeout(time.Minute).WithPolling(200*time.Millisecond).Should(Equal("Stopped startFailure=false"), "KubeVirt %s %s", l.strategy, l.name)
+			}
+		})
+
+		It("recovers both to Running, status by virt-handler, with the record cleared once the fail-fast annotation is gone", func(ctx SpecContext) {
+			startedAt := recoverKVLoops(ctx, always, rerun)
+			for _, l := range []*kvLoop{always, rerun} {
+				Eventually(l.loopState).WithTimeout(3*time.Minute).WithPolling(200*time.Millisecond).Should(Equal("Running startFailure=false"), "KubeVirt %s %s; stack log %s", l.strategy, l.name, s.logPath)
+				expectRunningByVirtHandler(ctx, kc, l.name)
+			}
+			By("no attempt was made between the stop and the start")
+			for _, l := range []*kvLoop{always, rerun} {
+				_, as, _ := l.snapshot()
+				Expect(createdBetween(as, stoppedAt, startedAt)).To(BeZero(), "KubeVirt %s %s", l.strategy, l.name)
+			}
+		})
 	})
 })
+
+// expectRunningByVirtHandler checks that the VMI of the VM name is Running
+// with its status written by KubeVirt's virt-handler and nothing of the
+// node agent's, and that its pod's compute container runs the launcher
+// image in podman.
+func expectRunningByVirtHandler(ctx context.Context, kc kubecli.KubevirtClient, name string) {
+	vmi, err := kc.VirtualMachineInstance(namespace()).Get(ctx, name, metav1.GetOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(vmi.Status.Phase).To(Equal(v1.Running), "VMI %s", name)
+	managers := managersOf(vmi.ManagedFields)
+	Expect(managers).To(ContainElement("virt-handler"), "managedFields of VMI %s", name)
+	Expect(managers).NotTo(ContainElement("clusterlite"), "the node agent writes nothing to VMIs in this mode")
+	Expect(vmi.Status.ActivePods).To(HaveLen(1), "active pods of VMI %s", name)
+	for uid := range vmi.Status.ActivePods {
+		// A listing only: the host's podman inspecting a container of the
+		// node namespace warns about what it cannot see from here.
+		out, err := podman("ps", "--all", "--filter", "label="+nodeagent.LabelPodUID+"="+string(uid),
+			"--filter", "label="+nodeagent.LabelContainerName+"=compute", "--format", "{{.Image}} {{.State}}")
+		Expect(err).NotTo(HaveOccurred(), "podman ps: %s", out)
+		Expect(out).To(HavePrefix(launcherImage+" Up"), "compute container of pod %s of VMI %s", uid, name)
+		Expect(strings.Split(out, "\n")).To(HaveLen(1), "compute containers of pod %s of VMI %s", uid, name)
+	}
+}
 
 var _ = Describe("a virt-handler stack killed with SIGKILL", Label("virt-handler"), func() {
 	It("takes its node namespace's processes with it, and the next stack of the node removes the containers podman still lists", func() {
