@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	v1 "kubevirt.io/api/core/v1"
+	"kubevirt.io/client-go/kubecli"
 
 	"github.com/crashloop-harness/crashloop/pkg/nodeagent"
 )
@@ -40,27 +41,12 @@ var _ = Describe("KubeVirt's own virt-handler with the cloud guest", Label("virt
 		DeferCleanup(func(ctx SpecContext) { // a failed spec leaves no VMI for the next one on the stack
 			_ = kc.VirtualMachineInstance(namespace()).Delete(ctx, name, metav1.DeleteOptions{})
 		})
-		byVMI := metav1.ListOptions{LabelSelector: v1.CreatedByLabel + "=" + string(vmi.UID)}
 
 		By("the VMI reaches Running (QEMU started; the guest's boot under TCG is not waited for)")
-		var bound time.Time
-		var pod *k8sv1.Pod
-		Eventually(func() v1.VirtualMachineInstancePhase {
-			if bound.IsZero() {
-				pods, err := kc.CoreV1().Pods(namespace()).List(ctx, byVMI)
-				if err == nil && len(pods.Items) == 1 && pods.Items[0].Spec.NodeName == vhNode {
-					bound, pod = time.Now(), &pods.Items[0]
-				}
-			}
-			if vmi, err = kc.VirtualMachineInstance(namespace()).Get(ctx, name, metav1.GetOptions{}); err != nil {
-				return ""
-			}
-			return vmi.Status.Phase
-		}).WithTimeout(5*time.Minute).WithPolling(100*time.Millisecond).Should(Equal(v1.Running), func() string {
+		vmi, pod, bound := waitVHRunning(ctx, kc, vmi, 5*time.Minute, func() string {
 			return fmt.Sprintf("VMI %s; the stack log %s on it:\n%s", name, s.logPath, linesWith(s.logPath, name, 40))
 		})
 		running := time.Now()
-		Expect(pod).NotTo(BeNil(), "the launcher pod was never seen bound to %s", vhNode)
 
 		By("the status is virt-handler's, and the node agent wrote nothing to the VMI")
 		managers := managersOf(vmi.ManagedFields)
@@ -143,6 +129,30 @@ func cloudGuestVMI(name string) *v1.VirtualMachineInstance {
 			},
 		},
 	}
+}
+
+// waitVHRunning waits until vmi is Running, and returns it as then, its
+// launcher pod and when that pod was first seen bound to the virt-handler
+// stack's node; describe explains a timeout.
+func waitVHRunning(ctx SpecContext, kc kubecli.KubevirtClient, vmi *v1.VirtualMachineInstance, timeout time.Duration, describe func() string) (*v1.VirtualMachineInstance, *k8sv1.Pod, time.Time) {
+	byVMI := metav1.ListOptions{LabelSelector: v1.CreatedByLabel + "=" + string(vmi.UID)}
+	var bound time.Time
+	var pod *k8sv1.Pod
+	current := vmi
+	Eventually(func(g Gomega) {
+		if pod == nil {
+			pods, err := kc.CoreV1().Pods(vmi.Namespace).List(ctx, byVMI)
+			if err == nil && len(pods.Items) == 1 && pods.Items[0].Spec.NodeName == vhNode {
+				bound, pod = time.Now(), &pods.Items[0]
+			}
+		}
+		got, err := kc.VirtualMachineInstance(vmi.Namespace).Get(ctx, vmi.Name, metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		current = got
+		g.Expect(got.Status.Phase).To(Equal(v1.Running))
+	}).WithTimeout(timeout).WithPolling(100*time.Millisecond).Should(Succeed(), describe)
+	Expect(pod).NotTo(BeNil(), "the launcher pod of VMI %s was never seen bound to %s", vmi.Name, vhNode)
+	return current, pod, bound
 }
 
 // procsWith lists the host's processes whose command line contains every
