@@ -81,7 +81,7 @@ var _ = Describe("KubeVirt's own virt-handler with the cloud guest", Label("virt
 
 		By("QEMU's open disk is virt-handler's bind mount of the disk in the volumecontainerdisk container's root")
 		domain := namespace() + "_" + name
-		qemu := procsWith("qemu-system", "guest="+domain+",")
+		qemu := procsWith("qemu-system-x86", "guest="+domain+",")
 		Expect(qemu).To(HaveLen(1), "QEMU processes of domain %s", domain)
 		target := "kubevirt/container-disks/disk_1.img"
 		opened := openedFiles(qemu[0])
@@ -95,7 +95,7 @@ var _ = Describe("KubeVirt's own virt-handler with the cloud guest", Label("virt
 		mounts, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", qemu[0]))
 		Expect(err).NotTo(HaveOccurred())
 		Expect(string(mounts)).To(ContainSubstring("/container-disks/disk_1.img "), "disk_1.img is a mount point in QEMU's mount namespace (virt-handler's bind mount)")
-		disks := procsWith("/usr/bin/container-disk", string(vmi.UID), "disk_1")
+		disks := procsWith("container-disk", string(vmi.UID), "disk_1")
 		Expect(disks).To(HaveLen(1), "the volumecontainerdisk container's container-disk process of VMI %s", vmi.UID)
 		inImage := fileID(fmt.Sprintf("/proc/%d/root/disk/disk.qcow2", disks[0]))
 		Expect(fileID(fd)).To(Equal(inImage), "QEMU's disk_1.img is the volumecontainerdisk container's /disk/disk.qcow2")
@@ -175,13 +175,18 @@ func waitVHRunning(ctx SpecContext, kc kubecli.KubevirtClient, vmi *v1.VirtualMa
 	return current, pod, bound
 }
 
-// procsWith lists the host's processes whose command line contains every
-// one of parts.
-func procsWith(parts ...string) []int {
+// procsWith lists the host's processes named comm (not the podman or
+// conmon processes whose command lines name theirs) whose command line
+// contains every one of parts.
+func procsWith(comm string, parts ...string) []int {
 	dirs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	var pids []int
 next:
 	for _, f := range dirs {
+		name, err := os.ReadFile(filepath.Join(filepath.Dir(f), "comm"))
+		if err != nil || strings.TrimSpace(string(name)) != comm {
+			continue
+		}
 		data, err := os.ReadFile(f)
 		if err != nil {
 			continue
