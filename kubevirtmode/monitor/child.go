@@ -68,15 +68,18 @@ func manifestFor(vmi *v1.VirtualMachineInstance) ([]byte, error) {
 func (f Flags) launcherArgs(manifest, consoleLog string) []string {
 	grace := childGrace
 	a := launcherapi.Args{
-		Manifest:     manifest,
-		Accel:        launcherapi.AccelKVM,
-		ImageDir:     f.ImageDir,
-		ConsoleLog:   consoleLog,
-		StartTimeout: launcherapi.FixedStartTimeout(f.QemuTimeout),
-		GracePeriod:  &grace,
-		EventFormat:  launcherapi.FormatJSON,
-		LogLevel:     f.LogLevel,
-		HookSidecars: f.HookSidecars,
+		Manifest: manifest,
+		Accel:    launcherapi.AccelKVM,
+		ImageDir: f.ImageDir,
+		// Where virt-handler bind-mounts the pod's containerDisks and
+		// kernel-boot files, read there as KubeVirt's launcher reads them.
+		ContainerDiskDir: f.ContainerDiskDir,
+		ConsoleLog:       consoleLog,
+		StartTimeout:     launcherapi.FixedStartTimeout(f.QemuTimeout),
+		GracePeriod:      &grace,
+		EventFormat:      launcherapi.FormatJSON,
+		LogLevel:         f.LogLevel,
+		HookSidecars:     f.HookSidecars,
 	}
 	if f.AllowEmulation {
 		a.Accel = launcherapi.AccelAuto

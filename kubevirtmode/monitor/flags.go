@@ -21,9 +21,13 @@ type Flags struct {
 	// ShareDir is --kubevirt-share-dir (/var/run/kubevirt): the notify
 	// socket and sockets/ live there.
 	ShareDir string
-	// EphemeralDiskDir, ContainerDiskDir, HotplugDiskDir: KubeVirt's disk
-	// folders (accepted; our launcher keeps its files in its own root).
-	EphemeralDiskDir, ContainerDiskDir, HotplugDiskDir string
+	// EphemeralDiskDir, HotplugDiskDir: KubeVirt's disk folders (accepted;
+	// our launcher keeps its files in its own root).
+	EphemeralDiskDir, HotplugDiskDir string
+	// ContainerDiskDir is where virt-handler bind-mounts the pod's
+	// containerDisks (disk_N.img) and kernel-boot files (kernel-boot/):
+	// our launcher's --container-disk-dir.
+	ContainerDiskDir string
 	// GracePeriodSeconds is the graceful stop time on SIGTERM.
 	GracePeriodSeconds int
 	// HookSidecars is the number of the pod's hook sidecar containers: the

@@ -67,6 +67,11 @@ func TestLauncherArgsAskForKVMUnlessEmulationIsAllowed(t *testing.T) {
 	if a.Accel != launcherapi.AccelKVM || a.StartTimeout != launcherapi.FixedStartTimeout(263*time.Second) || a.Manifest != "/x/vmi.json" || a.HookSidecars != 0 {
 		t.Fatalf("launcher args %+v", a)
 	}
+	// virt-handler's bind mounts are where the launcher reads the pod's
+	// containerDisks and kernel-boot files.
+	if a.ContainerDiskDir != "/var/run/kubevirt/container-disks" {
+		t.Fatalf("launcher's --container-disk-dir %q, want the pod's /var/run/kubevirt/container-disks", a.ContainerDiskDir)
+	}
 	// The pod's sidecar count reaches the launcher, which waits for them.
 	f.HookSidecars = 2
 	if a, _ := launcherapi.ParseArgs(f.launcherArgs("/x/vmi.json", ""), launcherapi.DefaultArgs(), io.Discard); a.HookSidecars != 2 {

@@ -222,8 +222,11 @@ func diskSource(ctx context.Context, vmi *v1.VirtualMachineInstance, v *v1.Volum
 		}
 		return source{path: hd.Path}, nil
 	case v.ContainerDisk != nil:
+		if p, ok := kubeVirtDiskFile(opts, containerDiskTarget(vmi, v.Name)); ok {
+			return source{path: p, ephemeral: true}, nil
+		}
 		if opts.Images == nil {
-			return source{}, &SpecError{Field: field + ".containerDisk.image", Msg: "no image folder to resolve it (pass --image-dir)"}
+			return source{}, &SpecError{Field: field + ".containerDisk.image", Msg: "no image folder to resolve it (pass --image-dir)" + notMounted(opts, containerDiskTarget(vmi, v.Name))}
 		}
 		p, err := opts.Images.Disk(v.ContainerDisk.Image, v.ContainerDisk.Path)
 		if err != nil {

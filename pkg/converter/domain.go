@@ -21,6 +21,14 @@ type DomainOptions struct {
 	Accel Accel
 	// Images resolves containerDisk and kernelBoot container images.
 	Images *ImageStore
+	// ContainerDiskDir is a KubeVirt launcher pod's container-disks folder
+	// (/var/run/kubevirt/container-disks), where KubeVirt's virt-handler
+	// bind-mounts containerDisk volume N as disk_N.img and the kernel-boot
+	// files as kernel-boot/<base name>, as KubeVirt's launcher reads them
+	// (pkg/container-disk's GetDiskTargetPathFromLauncherView and
+	// GetKernelBootArtifactPathFromLauncherView). A file found there wins
+	// over Images; see kubeVirtDiskFile for when Images is the fallback.
+	ContainerDiskDir string
 	// ConsoleLog is the file the serial console is written to. Empty means
 	// no serial console is attached.
 	ConsoleLog string
@@ -192,7 +200,7 @@ func setBoot(ctx context.Context, dom *libvirtxml.Domain, vmi *v1.VirtualMachine
 	if err := setClock(dom, spec.Domain.Clock, opts.Accel, notes); err != nil {
 		return err
 	}
-	if err := setKernelBoot(dom, spec.Domain.Firmware, opts.Images); err != nil {
+	if err := setKernelBoot(dom, spec.Domain.Firmware, opts); err != nil {
 		return err
 	}
 	if err := setDisks(ctx, dom, vmi, opts); err != nil {
@@ -369,7 +377,7 @@ func setMemory(dom *libvirtxml.Domain, d *v1.DomainSpec) error {
 	return nil
 }
 
-func setKernelBoot(dom *libvirtxml.Domain, fw *v1.Firmware, images *ImageStore) error {
+func setKernelBoot(dom *libvirtxml.Domain, fw *v1.Firmware, opts *DomainOptions) error {
 	if fw == nil || fw.KernelBoot == nil {
 		return nil
 	}
@@ -387,18 +395,15 @@ func setKernelBoot(dom *libvirtxml.Domain, fw *v1.Firmware, images *ImageStore) 
 	if c.KernelPath == "" {
 		return &SpecError{Field: "spec.domain.firmware.kernelBoot.container.kernelPath", Msg: "must be set (for the test guest: /boot/vmlinuz)"}
 	}
-	if images == nil {
-		return &SpecError{Field: "spec.domain.firmware.kernelBoot.container.image", Msg: "no image folder to resolve it (pass --image-dir)"}
-	}
-	kernel, err := images.File(c.Image, c.KernelPath)
+	kernel, err := kernelBootFile(opts, c.Image, c.KernelPath, "spec.domain.firmware.kernelBoot.container")
 	if err != nil {
-		return &SpecError{Field: "spec.domain.firmware.kernelBoot.container", Msg: err.Error()}
+		return err
 	}
 	dom.OS.Kernel = kernel
 	if c.InitrdPath != "" {
-		initrd, err := images.File(c.Image, c.InitrdPath)
+		initrd, err := kernelBootFile(opts, c.Image, c.InitrdPath, "spec.domain.firmware.kernelBoot.container.initrdPath")
 		if err != nil {
-			return &SpecError{Field: "spec.domain.firmware.kernelBoot.container.initrdPath", Msg: err.Error()}
+			return err
 		}
 		dom.OS.Initrd = initrd
 	}

@@ -51,6 +51,12 @@ type Args struct {
 	CacheDir string
 	// ImageDir resolves containerDisk and kernelBoot images (images.json).
 	ImageDir string
+	// ContainerDiskDir is KubeVirt's container-disks folder of a launcher
+	// pod (/var/run/kubevirt/container-disks), where virt-handler
+	// bind-mounts each containerDisk volume as disk_N.img (N its index in
+	// spec.volumes) and the kernel-boot files under kernel-boot/. A file
+	// found there is used instead of ImageDir's.
+	ContainerDiskDir string
 	// ConsoleLog is the guest's serial console file.
 	ConsoleLog string
 	// ReadyMarker is the console text that means the guest is ready.
@@ -122,6 +128,7 @@ func (a Args) Build() []string {
 	str("--runtime-dir", a.RuntimeDir)
 	str("--cache-dir", a.CacheDir)
 	str("--image-dir", a.ImageDir)
+	str("--container-disk-dir", a.ContainerDiskDir)
 	str("--console-log", a.ConsoleLog)
 	str("--ready-marker", a.ReadyMarker)
 	if a.StartTimeout != (StartTimeout{}) {
@@ -180,6 +187,7 @@ func (a *Args) FlagSet(out io.Writer) *pflag.FlagSet {
 	fs.StringVar(&a.RuntimeDir, "runtime-dir", a.RuntimeDir, "parent of the per-VMI embedded libvirt state, removed on exit")
 	fs.StringVar(&a.CacheDir, "cache-dir", a.CacheDir, "QEMU capability cache shared between launches (empty: no cache)")
 	fs.StringVar(&a.ImageDir, "image-dir", a.ImageDir, "image folder resolving containerDisk and kernelBoot container images (its images.json lists them)")
+	fs.StringVar(&a.ContainerDiskDir, "container-disk-dir", a.ContainerDiskDir, "KubeVirt mode: the launcher pod's container-disks folder, where virt-handler bind-mounts containerDisk volume N as disk_N.img and the kernel-boot files under kernel-boot/; a file found there is used instead of the image folder's")
 	fs.StringVar(&a.ConsoleLog, "console-log", a.ConsoleLog, "file the serial console is written to (default "+DefaultConsoleDir+"/<namespace>_<name>_<uid>.console.log)")
 	fs.StringVar(&a.ReadyMarker, "ready-marker", a.ReadyMarker, "console text that means the guest is ready (GuestReady event); empty disables")
 	fs.DurationVar(&a.StartTimeout.Base, "qemu-timeout", a.StartTimeout.Base, "base of the QEMU start timeout")

@@ -283,7 +283,7 @@ func (p *Prepared) prepare(ctx context.Context, vmi *v1.VirtualMachineInstance, 
 			return launcherapi.ExitInternal, false
 		}
 	}
-	conv, err := converter.Convert(ctx, vmi, converter.DomainOptions{Accel: accel, Images: images, ConsoleLog: consoleLog, ScratchDir: p.Plan.Scratch, ClaimDir: a.ClaimDir, DryRun: a.DryRun, DataVolumeTemplates: dataVolumes})
+	conv, err := converter.Convert(ctx, vmi, converter.DomainOptions{Accel: accel, Images: images, ContainerDiskDir: a.ContainerDiskDir, ConsoleLog: consoleLog, ScratchDir: p.Plan.Scratch, ClaimDir: a.ClaimDir, DryRun: a.DryRun, DataVolumeTemplates: dataVolumes})
 	if err != nil {
 		if images == nil {
 			fmt.Fprintf(stderr, "virt-launcher: %s: %v (image folder %s: not readable; build it with `make images` or pass --image-dir)\n", p.Plan.Input, err, a.ImageDir)
@@ -319,7 +319,7 @@ func absPaths(a *launcherapi.Args) error {
 	for _, f := range []struct {
 		flag string
 		p    *string
-	}{{"--claim-dir", &a.ClaimDir}, {"--cache-dir", &a.CacheDir}, {"--runtime-dir", &a.RuntimeDir}, {"--console-log", &a.ConsoleLog}, {"--image-dir", &a.ImageDir}, {"--instancetypes", &a.Instancetypes}} {
+	}{{"--claim-dir", &a.ClaimDir}, {"--cache-dir", &a.CacheDir}, {"--runtime-dir", &a.RuntimeDir}, {"--console-log", &a.ConsoleLog}, {"--image-dir", &a.ImageDir}, {"--container-disk-dir", &a.ContainerDiskDir}, {"--instancetypes", &a.Instancetypes}} {
 		if *f.p == "" {
 			continue
 		}

@@ -36,10 +36,10 @@ type KubeletMode struct {
 	PodsDir string
 	// Devices allocates device-plugin resources.
 	Devices Devices
-	// ImageDir is the node's guest image folder: mounted into compute at
-	// the launcher image's image folder, and where a pod's image that
+	// ImageDir is the node's guest image folder, where a pod's image that
 	// podman lacks is imported from (images.json names its folder:
-	// kubelet's pull, with no registry here).
+	// kubelet's pull, with no registry here). Compute does not get it:
+	// virt-handler bind-mounts the disks and kernel-boot files it reads.
 	ImageDir string
 	// CacheDir is the compute containers' shared QEMU capability cache.
 	CacheDir string
@@ -265,7 +265,10 @@ func (m *KubeletMode) runArgs(ctx context.Context, node string, pod *k8sv1.Pod, 
 		args = append(args, "-v", v)
 	}
 	if ctr.Name == computeContainer {
-		args = append(args, "-v", m.ImageDir+":"+imageDirInImage+":ro")
+		// No image folder: compute reads the pod's containerDisks and
+		// kernel-boot files where virt-handler bind-mounts them
+		// (container-disks/), as KubeVirt's launcher does, so a missing
+		// mount fails the start instead of falling back unseen.
 		if m.CacheDir != "" {
 			args = append(args, "-v", m.CacheDir+":"+launcherapi.DefaultCacheDir)
 		}

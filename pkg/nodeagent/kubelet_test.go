@@ -56,7 +56,7 @@ func TestKubeletRunArgsOfALauncherPodContainer(t *testing.T) {
 		"podman run --rm --pull never --runtime runc --name k8s_compute_virt-launcher-a-x_ns_u1_0 --network ns:/proc/9/ns/net",
 		"-v /k/pods/u1/volumes/kubernetes.io~empty-dir/sockets:/var/run/kubevirt/sockets ",
 		"-v /k/pods/u1/volumes/kubernetes.io~empty-dir/container-disks:/var/run/kubevirt/container-disks:rslave ",
-		"-v /images:" + imageDirInImage + ":ro", "-e A=1 -e POD=virt-launcher-a-x ", "--device /dev/kvm:/dev/kvm:rw",
+		"-e A=1 -e POD=virt-launcher-a-x ", "--device /dev/kvm:/dev/kvm:rw",
 		"--memory 1073741824 --memory-swap 1073741824", "--entrypoint /usr/bin/virt-launcher-monitor img:1 --name a",
 		"--label " + LabelContainerName + "=compute", "--ulimit nofile=20000:20000",
 	} {
@@ -64,7 +64,8 @@ func TestKubeletRunArgsOfALauncherPodContainer(t *testing.T) {
 			t.Errorf("run args lack %q:\n%s", want, line)
 		}
 	}
-	for _, not := range []string{"podinfo", "IP=", "--network none", "--privileged"} {
+	// No image folder in compute: it reads virt-handler's bind mounts.
+	for _, not := range []string{"podinfo", "IP=", "--network none", "--privileged", imageDirInImage} {
 		if strings.Contains(line, not) {
 			t.Errorf("run args have %q:\n%s", not, line)
 		}
