@@ -81,8 +81,7 @@ var _ = Describe("KubeVirt's own virt-handler with the cloud guest", Label("virt
 
 		By("QEMU's open disk is virt-handler's bind mount of the disk in the volumecontainerdisk container's root")
 		domain := namespace() + "_" + name
-		qemu := procsWith("qemu-system-x86", "guest="+domain+",")
-		Expect(qemu).To(HaveLen(1), "QEMU processes of domain %s", domain)
+		qemu := []int{qemuOf(ctx, s, pod, domain).PID}
 		target := "kubevirt/container-disks/disk_1.img"
 		opened := openedFiles(qemu[0])
 		fd, ok := "", false

@@ -40,23 +40,8 @@ var _ = Describe("KubeVirt's own virt-handler on cluster-lite's node", Label("vi
 		created := time.Now()
 		vmi, err = kc.VirtualMachineInstance(namespace()).Create(ctx, vmi, metav1.CreateOptions{})
 		Expect(err).NotTo(HaveOccurred())
-		byVMI := metav1.ListOptions{LabelSelector: v1.CreatedByLabel + "=" + string(vmi.UID)}
-		var bound time.Time
-		var pod *k8sv1.Pod
-		Eventually(func() v1.VirtualMachineInstancePhase {
-			if bound.IsZero() {
-				pods, err := kc.CoreV1().Pods(namespace()).List(ctx, byVMI)
-				if err == nil && len(pods.Items) == 1 && pods.Items[0].Spec.NodeName == vhNode {
-					bound, pod = time.Now(), &pods.Items[0]
-				}
-			}
-			if vmi, err = kc.VirtualMachineInstance(namespace()).Get(ctx, name, metav1.GetOptions{}); err != nil {
-				return ""
-			}
-			return vmi.Status.Phase
-		}).WithTimeout(4*time.Minute).WithPolling(100*time.Millisecond).Should(Equal(v1.Running), "VMI %s; stack log %s", name, s.logPath)
+		vmi, pod, bound := waitVHRunning(ctx, kc, vmi, 4*time.Minute, func() string { return fmt.Sprintf("VMI %s; stack log %s", name, s.logPath) })
 		running := time.Now()
-		Expect(pod).NotTo(BeNil(), "the launcher pod was never seen bound to %s", vhNode)
 
 		By("the VMI's status is virt-handler's: its managedFields, and nothing of the node agent's")
 		managers := managersOf(vmi.ManagedFields)
