@@ -102,7 +102,7 @@ func Convert(ctx context.Context, vmi *v1.VirtualMachineInstance, opts DomainOpt
 	}
 	conv := &Conversion{}
 	dom := newDomain(vmi, opts.Accel)
-	if err := setMachine(dom, &vmi.Spec, opts.Accel); err != nil {
+	if err := setMachine(dom, &vmi.Spec, opts.Accel, &conv.Notes); err != nil {
 		return nil, err
 	}
 	ports, err := setInterfaces(dom, &vmi.Spec, opts.HostPort)
@@ -168,14 +168,14 @@ func newDomain(vmi *v1.VirtualMachineInstance, accel Accel) *libvirtxml.Domain {
 
 // setMachine checks the architecture and sets the CPU, the memory and the
 // machine type (pc unless the VMI names another pc or q35 one).
-func setMachine(dom *libvirtxml.Domain, spec *v1.VirtualMachineInstanceSpec, accel Accel) error {
+func setMachine(dom *libvirtxml.Domain, spec *v1.VirtualMachineInstanceSpec, accel Accel, notes *[]string) error {
 	if a := spec.Architecture; a != "" && a != "amd64" {
 		return &SpecError{Field: "spec.architecture", Msg: fmt.Sprintf("%q is not supported (allowed: amd64, the host's)", a)}
 	}
 	if err := setCPU(dom, spec.Domain.CPU, accel); err != nil {
 		return err
 	}
-	if err := setMemory(dom, &spec.Domain); err != nil {
+	if err := setMemory(dom, &spec.Domain, notes); err != nil {
 		return err
 	}
 	machine := "pc"
@@ -357,7 +357,7 @@ func setCPU(dom *libvirtxml.Domain, cpu *v1.CPU, accel Accel) error {
 	return nil
 }
 
-func setMemory(dom *libvirtxml.Domain, d *v1.DomainSpec) error {
+func setMemory(dom *libvirtxml.Domain, d *v1.DomainSpec, notes *[]string) error {
 	var q *resource.Quantity
 	field := ""
 	if d.Memory != nil && d.Memory.Guest != nil {
@@ -374,6 +374,27 @@ func setMemory(dom *libvirtxml.Domain, d *v1.DomainSpec) error {
 		return &SpecError{Field: field, Msg: fmt.Sprintf("%s is out of range (16Mi to 1Ti)", q.String())}
 	}
 	dom.Memory = &libvirtxml.DomainMemory{Value: uint(bytes >> 10), Unit: "KiB"}
+	return checkMaxGuest(d, q, notes)
+}
+
+// checkMaxGuest takes spec.domain.memory.maxGuest, the memory-hotplug room
+// that KubeVirt's defaults give a VMI of 1Gi or more (pkg/kvdefaults; on a
+// cluster virt-api adds it, so virt-handler hands it over). KubeVirt renders
+// it as <maxMemory slots="0">, which libvirt 9.0 refuses ("both maximum
+// memory size and memory slot count must be specified"), so the domain has
+// no hotplug room: the guest boots with its memory and the note says so.
+// Below the guest's memory it is refused, as virt-api does.
+func checkMaxGuest(d *v1.DomainSpec, guest *resource.Quantity, notes *[]string) error {
+	if d.Memory == nil || d.Memory.MaxGuest == nil {
+		return nil
+	}
+	maxGuest := d.Memory.MaxGuest
+	if maxGuest.Cmp(*guest) < 0 {
+		return &SpecError{Field: "spec.domain.memory.maxGuest", Msg: fmt.Sprintf("%s is below the guest's memory %s (allowed: at least the guest's memory)", maxGuest.String(), guest.String())}
+	}
+	if maxGuest.Cmp(*guest) > 0 {
+		*notes = append(*notes, fmt.Sprintf("spec.domain.memory.maxGuest %s: no memory-hotplug room in the domain (libvirt 9.0 takes no maxMemory without slots); the guest boots with %s and cannot hot-plug more", maxGuest.String(), guest.String()))
+	}
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package converter
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -201,6 +202,10 @@ func TestBuildDomainErrors(t *testing.T) {
 			q := resource.MustParse("1Mi")
 			vmi.Spec.Domain.Memory.Guest = &q
 		}, "spec.domain.memory.guest", "out of range"},
+		{"maxGuest below guest", func(vmi *v1.VirtualMachineInstance) {
+			q := resource.MustParse("128Mi")
+			vmi.Spec.Domain.Memory.MaxGuest = &q
+		}, "spec.domain.memory.maxGuest", "at least the guest's memory"},
 		{"unknown image", func(vmi *v1.VirtualMachineInstance) {
 			vmi.Spec.Domain.Firmware.KernelBoot.Container.Image = "nope:1"
 		}, "spec.domain.firmware.kernelBoot.container", `knows example.com/guest:1`},
@@ -301,5 +306,34 @@ func TestBuildDomainKubeVirtDefaults(t *testing.T) {
 	dom, err = BuildDomain(vmi, DomainOptions{Accel: AccelKVM, Images: images})
 	if err != nil || dom.CPU.Mode != "host-model" {
 		t.Fatalf("KVM: mode %q, err %v; want host-model", dom.CPU.Mode, err)
+	}
+}
+
+// TestConvertMaxGuest takes the memory-hotplug room KubeVirt's defaults add
+// at 1Gi (virt-handler hands it over in KubeVirt mode): the domain keeps the
+// guest's memory, renders no maxMemory, and a note says there is no room.
+func TestConvertMaxGuest(t *testing.T) {
+	images, _ := testImages(t)
+	vmi := baseVMI()
+	guest, maxGuest := resource.MustParse("1Gi"), resource.MustParse("4Gi")
+	vmi.Spec.Domain.Memory = &v1.Memory{Guest: &guest, MaxGuest: &maxGuest}
+	raw := map[string]any{"spec": map[string]any{"domain": map[string]any{"memory": map[string]any{"guest": "1Gi", "maxGuest": "4Gi"}}}}
+	if err := CheckSupported(raw); err != nil {
+		t.Fatalf("CheckSupported(maxGuest) = %v", err)
+	}
+	c, err := Convert(context.Background(), vmi, DomainOptions{Accel: AccelTCG, Images: images})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dom := roundTrip(t, c.Domain)
+	if dom.Memory.Value != 1<<20 || dom.MaximumMemory != nil {
+		t.Fatalf("memory %+v, maxMemory %+v; want 1Gi and no maxMemory", dom.Memory, dom.MaximumMemory)
+	}
+	if len(c.Notes) != 1 || !strings.Contains(c.Notes[0], "spec.domain.memory.maxGuest 4Gi") {
+		t.Fatalf("notes = %q, want one on maxGuest", c.Notes)
+	}
+	vmi.Spec.Domain.Memory.MaxGuest = &guest
+	if c, err = Convert(context.Background(), vmi, DomainOptions{Accel: AccelTCG, Images: images}); err != nil || len(c.Notes) != 0 {
+		t.Fatalf("maxGuest = guest: notes %q, err %v; want none", c.Notes, err)
 	}
 }

@@ -36,7 +36,7 @@ func supportedFields() []string {
 		"spec.domain.devices.interfaces[].ports[].protocol",
 		"spec.hostname",
 		"spec.domain.cpu.cores", "spec.domain.cpu.sockets", "spec.domain.cpu.threads",
-		"spec.domain.memory.guest",
+		"spec.domain.memory.guest", "spec.domain.memory.maxGuest",
 		"spec.domain.resources.requests.memory", "spec.domain.resources.requests.cpu",
 		"spec.domain.machine.type",
 		"spec.domain.features.acpi.enabled",
