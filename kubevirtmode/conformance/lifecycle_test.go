@@ -1,6 +1,7 @@
 package conformance_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,9 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"kubevirt.io/kubevirt/pkg/virt-launcher/virtwrap/api"
+
+	"github.com/crashloop-harness/crashloop/kubevirtmode/handlerside"
+	"github.com/crashloop-harness/crashloop/pkg/faults"
 )
 
 // bootTimeout bounds Sync → Running under TCG (a warm start takes about a
@@ -146,6 +150,39 @@ var _ = Describe("the start/stop path", func() {
 		d, exists, err := c.GetDomain()
 		Expect(err).NotTo(HaveOccurred())
 		Expect(exists).To(BeTrue())
+		Expect(d.Status.Status).To(Equal(api.Running))
+		Expect(c.KillVirtualMachine(p.vmi)).To(Succeed())
+		p.waitState(api.Shutoff, api.ReasonDestroyed, 30*time.Second)
+		p.deleteAndExit()
+	})
+})
+
+var _ = Describe("a domain whose QEMU is starting", func() {
+	It("is Paused/StartingUp to GetDomain, as libvirt's state reads, while the pushed events say Shutoff/Unknown, so a restarted virt-handler's listing finds it alive", func() {
+		// qemu-slow-start holds the started QEMU for 6 s before Running.
+		p := startPod(podSpec{annotations: map[string]string{faults.AnnotationPrefix + "qemu-slow-start": "after=6s"}})
+		c := p.connect()
+		synced := make(chan error, 1)
+		go func() { synced <- c.SyncVirtualMachine(p.vmi, nil) }()
+		p.waitState(api.Shutoff, api.ReasonUnknown, bootTimeout)
+
+		// A second client, as virt-handler restarted during the start.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		relisted, err := handlerside.Connect(ctx, p.socket(), p.exited)
+		Expect(err).NotTo(HaveOccurred())
+		defer relisted.Close()
+		d, exists, err := relisted.GetDomain()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(exists).To(BeTrue())
+		Expect(synced).NotTo(Receive(), "Sync returned before the held QEMU ran")
+		Expect(string(d.Status.Status) + "/" + string(d.Status.Reason)).To(Equal("Paused/StartingUp"))
+		AddReportEntry("pushed-while-starting", describe(p.seen))
+
+		Eventually(synced).WithTimeout(bootTimeout).Should(Receive(BeNil()), "pod log:\n%s", p.out)
+		p.waitState(api.Running, api.ReasonUnknown, 30*time.Second)
+		d, _, err = relisted.GetDomain()
+		Expect(err).NotTo(HaveOccurred())
 		Expect(d.Status.Status).To(Equal(api.Running))
 		Expect(c.KillVirtualMachine(p.vmi)).To(Succeed())
 		p.waitState(api.Shutoff, api.ReasonDestroyed, 30*time.Second)

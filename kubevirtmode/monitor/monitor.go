@@ -293,11 +293,32 @@ func (m *Monitor) finishDelete() {
 }
 
 // Domain is GetDomain's answer: a copy of the domain, nil when there is none.
+//
+// While a start is in flight (our launcher's Scheduled, before Running) it
+// answers Paused/StartingUp, the state libvirt gives a domain whose QEMU
+// starts (it runs QEMU with -S until the domain is set up), which is what
+// KubeVirt's launcher reads back for GetDomain (ListAllDomains, GetState).
+// The pushed events keep Shutoff/Unknown there, as upstream's: libvirt
+// sends no lifecycle event for the start-up pause, so virt-handler sees it
+// only when it lists the domain (a restarted virt-handler, a resync). To
+// that listing Paused is alive (vm.go, domainAlive) and Shutoff is not: a
+// restarted virt-handler would delete a starting domain it found Shutoff.
 func (m *Monitor) Domain() *api.Domain {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.domain == nil || m.deleted {
 		return nil
 	}
-	return m.domain.DeepCopy()
+	d := m.domain.DeepCopy()
+	if m.startingLocked() {
+		d.SetState(api.Paused, api.ReasonPausedStartingUp)
+	}
+	return d
+}
+
+// startingLocked reports a start in flight: a run of our launcher that
+// reported Scheduled, not yet Running, and was neither killed nor ended.
+func (m *Monitor) startingLocked() bool {
+	return m.cur != nil && !m.running && !m.killed && !m.ended &&
+		m.domain.Status.Status == api.Shutoff && m.domain.Status.Reason == api.ReasonUnknown
 }

@@ -2,6 +2,7 @@ package monitor
 
 import (
 	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -158,5 +159,48 @@ func TestLastLineKeepsTheLastCompleteLine(t *testing.T) {
 	}
 	if got := l.String(); got != "second" {
 		t.Fatalf("last line %q, want second", got)
+	}
+}
+
+// TestDomainIsPausedStartingUpWhileTheStartIsInFlight: GetDomain answers as
+// libvirt's state reads (Paused/StartingUp) between our launcher's
+// Scheduled and Running, so a restarted virt-handler listing the domain
+// finds it alive; the pushed state stays Shutoff/Unknown, and Running,
+// a kill or a failed start end the answer.
+func TestDomainIsPausedStartingUpWhileTheStartIsInFlight(t *testing.T) {
+	newStarting := func() (*Monitor, *child) {
+		m := New(Flags{Name: "a", Namespace: "ns", ShareDir: t.TempDir()}, t.TempDir(), slog.New(slog.DiscardHandler), io.Discard)
+		m.vmi = &v1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", UID: "u-1"}}
+		c := &child{}
+		m.cur = c
+		if m.Domain() != nil {
+			t.Fatal("a domain before Scheduled")
+		}
+		m.onEvent(c, launcherapi.Event{Event: launcherapi.EventScheduled})
+		return m, c
+	}
+	state := func(d *api.Domain) string { return string(d.Status.Status) + "/" + string(d.Status.Reason) }
+	m, c := newStarting()
+	if got := state(m.Domain()); got != "Paused/StartingUp" {
+		t.Fatalf("GetDomain while starting: %s, want Paused/StartingUp", got)
+	}
+	if got := state(m.domain); got != "Shutoff/Unknown" {
+		t.Fatalf("pushed state while starting: %s, want Shutoff/Unknown", got)
+	}
+	m.onEvent(c, launcherapi.Event{Event: launcherapi.EventRunning})
+	if got := state(m.Domain()); got != "Running/Unknown" {
+		t.Fatalf("GetDomain once running: %s", got)
+	}
+
+	m, _ = newStarting()
+	m.killed = true
+	if got := state(m.Domain()); got != "Shutoff/Unknown" {
+		t.Fatalf("GetDomain of a killed start: %s, want Shutoff/Unknown", got)
+	}
+	m, _ = newStarting()
+	m.cur = nil
+	m.setState(api.Shutoff, api.ReasonFailed)
+	if got := state(m.Domain()); got != "Shutoff/Failed" {
+		t.Fatalf("GetDomain after a failed start: %s, want Shutoff/Failed", got)
 	}
 }
