@@ -108,6 +108,13 @@ func runFaultRow(r faultRow) {
 		Expect(p.waitExit(60*time.Second)).To(Equal(r.exit), "pod log:\n%s", p.out)
 		note("pod exit %d", r.exit)
 	} else {
+		if r.state == api.Running {
+			// virt-handler deletes a running domain only after it is
+			// stopped: Delete is libvirt's undefine, which leaves a
+			// live domain running.
+			Expect(c.KillVirtualMachine(p.vmi)).To(Succeed())
+			p.waitState(api.Shutoff, api.ReasonDestroyed, 30*time.Second)
+		}
 		p.deleteAndExit()
 		note("alive until Delete, exit 0")
 	}

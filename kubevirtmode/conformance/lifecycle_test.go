@@ -2,6 +2,7 @@ package conformance_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -187,5 +188,36 @@ var _ = Describe("a domain whose QEMU is starting", func() {
 		Expect(c.KillVirtualMachine(p.vmi)).To(Succeed())
 		p.waitState(api.Shutoff, api.ReasonDestroyed, 30*time.Second)
 		p.deleteAndExit()
+	})
+
+	It("is undefined by DeleteVirtualMachine only once its start ends, and runs on as a transient domain (libvirt's undefine, as KubeVirt's DeleteVMI); the final notification and the exit come when it is killed", func() {
+		p := startPod(podSpec{annotations: map[string]string{faults.AnnotationPrefix + "qemu-slow-start": "after=4s"}})
+		c := p.connect()
+		synced := make(chan error, 1)
+		go func() { synced <- c.SyncVirtualMachine(p.vmi, nil) }()
+		p.waitState(api.Shutoff, api.ReasonUnknown, bootTimeout)
+		// virt-handler v1.6.0 deletes a domain it takes for inactive
+		// (pushed Shutoff/Unknown while the start is in flight), on a
+		// client of its own while the first Sync waits.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		deleter, err := handlerside.Connect(ctx, p.socket(), p.exited)
+		Expect(err).NotTo(HaveOccurred())
+		defer deleter.Close()
+		start := time.Now()
+		Expect(deleter.DeleteDomain(p.vmi)).To(Succeed())
+		AddReportEntry("delete-during-start", fmt.Sprintf("DeleteVirtualMachine returned after %v, once the held start ended", time.Since(start).Round(100*time.Millisecond)))
+		Eventually(synced).WithTimeout(bootTimeout).Should(Receive(BeNil()), "the start goes on; pod log:\n%s", p.out)
+		p.waitState(api.Running, api.ReasonUnknown, 30*time.Second)
+		Consistently(p.exited).WithTimeout(3*time.Second).ShouldNot(BeClosed(), "the undefined domain runs on, and so does the pod")
+		Expect(p.qemuPIDs()).To(HaveLen(1))
+		d, exists, err := deleter.GetDomain()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(exists).To(BeTrue())
+		Expect(d.Status.Status).To(Equal(api.Running))
+		Expect(c.KillVirtualMachine(p.vmi)).To(Succeed())
+		d = p.waitState(api.NoState, api.ReasonNonExistent, 30*time.Second)
+		Expect(d.DeletionTimestamp).NotTo(BeNil())
+		Expect(p.waitExit(30 * time.Second)).To(Equal(0))
 	})
 })

@@ -27,6 +27,9 @@ import (
 const (
 	finalNotifyWait = 15 * time.Second
 	finalKillWait   = 30 * time.Second
+	// undefineJobWait is libvirt's wait for a domain's job lock
+	// (QEMU_JOB_WAIT_TIME), which an undefine during a start waits on.
+	undefineJobWait = 30 * time.Second
 )
 
 // Monitor is the state of one launcher pod: the VMI it was given, the
@@ -264,19 +267,57 @@ func (m *Monitor) killLocked() {
 	}
 }
 
-// Delete is DeleteVirtualMachine: the domain goes away (killed first if it
-// still runs), the final delete notification is sent, and the monitor
-// exits 0 as KubeVirt's launcher does after it.
-func (m *Monitor) Delete() error {
+// Delete is DeleteVirtualMachine, which KubeVirt's launcher serves with
+// libvirt's undefine alone (DeleteVMI in virtwrap/manager.go): a domain
+// that is not running goes away, the final delete notification is sent and
+// the monitor exits 0, as KubeVirt's launcher does after it. A live domain
+// is left running as a transient domain, as undefine leaves it: the final
+// notification and the exit come when it ends. virt-handler deletes a live
+// domain only when it takes it for inactive (a start it saw Shutoff); a
+// start in flight holds libvirt's job lock, which undefine waits for up to
+// libvirt's 30 s before it fails.
+func (m *Monitor) Delete(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.deleteWanted = true
-	if m.cur != nil {
-		m.killLocked()
+	if m.cur == nil {
+		m.finishDelete()
 		return nil
 	}
-	m.finishDelete()
+	if m.killed || m.running {
+		m.logTransient()
+		return nil
+	}
+	c := m.cur
+	deadline := time.NewTimer(undefineJobWait)
+	defer deadline.Stop()
+	for m.cur == c && !m.running {
+		wait := m.changed
+		m.mu.Unlock()
+		select {
+		case <-wait:
+		case <-deadline.C:
+			m.mu.Lock()
+			return fmt.Errorf("undefining the domain: timed out after %v waiting for the start to release the domain's job", undefineJobWait)
+		case <-ctx.Done():
+			m.mu.Lock()
+			return fmt.Errorf("undefining the domain while it starts: %w", ctx.Err())
+		}
+		m.mu.Lock()
+	}
+	// A start that failed ended the domain, and follow finished the delete.
+	if m.cur == c && m.running {
+		m.logTransient()
+	}
 	return nil
+}
+
+// logTransient says that a deleted domain runs on; mu held.
+func (m *Monitor) logTransient() {
+	if !m.killed && m.domain != nil {
+		m.log.Info("domain undefined while it runs: it runs on as a transient domain until it ends, as under libvirt")
+		m.notify.domainEvent(watch.Modified, m.domain)
+	}
 }
 
 func (m *Monitor) finishDelete() {

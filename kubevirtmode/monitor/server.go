@@ -64,11 +64,11 @@ func (s *server) KillVirtualMachine(_ context.Context, req *cmdv1.VMIRequest) (*
 }
 
 // DeleteVirtualMachine removes the domain.
-func (s *server) DeleteVirtualMachine(_ context.Context, req *cmdv1.VMIRequest) (*cmdv1.Response, error) {
+func (s *server) DeleteVirtualMachine(ctx context.Context, req *cmdv1.VMIRequest) (*cmdv1.Response, error) {
 	if _, bad := vmiOf(req); bad != nil {
 		return bad, nil
 	}
-	return answer(s.m.Delete()), nil
+	return answer(s.m.Delete(ctx)), nil
 }
 
 // GetDomain returns the domain as JSON, or no domain.
