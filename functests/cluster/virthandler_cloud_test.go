@@ -69,6 +69,8 @@ var _ = Describe("KubeVirt's own virt-handler with the cloud guest", Label("virt
 		Expect(managers).To(ContainElement("virt-handler"), "managedFields of VMI %s", name)
 		Expect(managers).NotTo(ContainElement("clusterlite"), "the node agent writes nothing to VMIs in this mode")
 		Expect(vmi.Status.ActivePods).To(HaveKeyWithValue(pod.UID, vhNode))
+		Expect(vmi.Spec.Domain.Memory.MaxGuest).NotTo(BeNil(), "virt-api's defaults give a 1Gi VMI memory-hotplug room")
+		Expect(vmi.Spec.Domain.Memory.MaxGuest.String()).To(Equal("4Gi"))
 
 		By("the pod's volumecontainerdisk container runs from the cloud-guest image")
 		states := podContainerStates(pod.UID)
@@ -124,10 +126,10 @@ var _ = Describe("KubeVirt's own virt-handler with the cloud guest", Label("virt
 // NoCloud volume first and its containerDisk second, no pod network.
 func cloudGuestVMI(name string) *v1.VirtualMachineInstance {
 	grace := int64(30)
-	// Under 1Gi: from 1Gi on, KubeVirt's defaults (LiveUpdate rollout, as
-	// on cluster-lite) add spec.domain.memory.maxGuest for memory hotplug,
-	// which our launcher refuses (exit 5) as a field it does not honour.
-	mem := resource.MustParse("768Mi")
+	// 1Gi: from there on KubeVirt's defaults (LiveUpdate rollout, as on
+	// cluster-lite) add spec.domain.memory.maxGuest for memory hotplug,
+	// which our launcher takes (no hotplug room under libvirt 9.0, a note).
+	mem := resource.MustParse("1Gi")
 	noPodNet := false
 	virtio := func(n string) v1.Disk {
 		return v1.Disk{Name: n, DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{Bus: v1.DiskBusVirtio}}}
