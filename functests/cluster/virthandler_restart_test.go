@@ -83,12 +83,7 @@ var _ = Describe("KubeVirt's virt-handler killed with SIGKILL and restarted", La
 // createNoNetVMI creates a test-guest VMI without a pod network on the
 // virt-handler stack, deleted (and its pod waited for) after the spec.
 func createNoNetVMI(ctx SpecContext, kc kubecli.KubevirtClient, name string) *v1.VirtualMachineInstance {
-	return createNoNetVMIWith(ctx, kc, name, nil)
-}
-
-// createNoNetVMIWith is createNoNetVMI with annotations (faults) on the VMI.
-func createNoNetVMIWith(ctx SpecContext, kc kubecli.KubevirtClient, name string, annotations map[string]string) *v1.VirtualMachineInstance {
-	vmi := testguest.VMI(testguest.Spec{Name: name, Namespace: namespace(), Annotations: annotations})
+	vmi := testguest.VMI(testguest.Spec{Name: name, Namespace: namespace()})
 	noPodNet := false
 	vmi.Spec.Domain.Devices.AutoattachPodInterface = &noPodNet
 	vmi, err := kc.VirtualMachineInstance(namespace()).Create(ctx, vmi, metav1.CreateOptions{})
