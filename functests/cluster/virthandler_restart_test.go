@@ -74,8 +74,8 @@ var _ = Describe("KubeVirt's virt-handler killed with SIGKILL and restarted", La
 		Expect(got.Status.ActivePods).To(HaveKeyWithValue(pod.UID, vhNode))
 
 		row := fidelityRow("H1")
-		AddReportEntry("cluster-virt-handler-restart-running", fmt.Sprintf("%s: virt-handler %d SIGKILLed, %v later a new one (%d), its heartbeat %v after the kill; it synced the Running VMI %v after the kill (%q); VMI %s stayed Running (%d watch events, phases %v), QEMU host PID %d unchanged, one VMI, one pod. Rule: %s",
-			row.ID, r.old.PID, r.back.Sub(r.killed).Round(100*time.Millisecond), r.now.PID, r.heartbeat.Sub(r.killed).Round(time.Second),
+		AddReportEntry("cluster-virt-handler-restart-running", fmt.Sprintf("%s, KubeVirt %s: virt-handler %d SIGKILLed, %v later a new one (%d), its heartbeat %v after the kill; it synced the Running VMI %v after the kill (%q); VMI %s stayed Running (%d watch events, phases %v), QEMU host PID %d unchanged, one VMI, one pod. Rule: %s",
+			row.ID, kubevirtVersion(ctx), r.old.PID, r.back.Sub(r.killed).Round(100*time.Millisecond), r.now.PID, r.heartbeat.Sub(r.killed).Round(time.Second),
 			synced.at.Sub(r.killed).Round(100*time.Millisecond), synced.line, name, w.count(), w.phasesSince(running), qemu.PID, row.Upstream))
 	})
 })

@@ -39,6 +39,23 @@ type FidelityRule struct {
 	// FromCode is true when upstream has no unit test of its own for the
 	// rule and it is read from the code.
 	FromCode bool
+	// Later is what later KubeVirt releases did where the rule was run
+	// on them, oldest first; empty where no later release was run.
+	Later []ReleaseResult
+}
+
+// LaterSame is a ReleaseResult's Result when the release behaves as
+// Upstream (v1.6.0) says.
+const LaterSame = "same"
+
+// ReleaseResult is one later KubeVirt release's behaviour for a rule, as
+// the spec that checks the rule observed it with that release's
+// components (make clusterlite KUBEVIRT_VERSION=...).
+type ReleaseResult struct {
+	// Release is the KubeVirt release, vMAJOR.MINOR.PATCH.
+	Release string
+	// Result is LaterSame or what the release does instead.
+	Result string
 }
 
 // Verdict is "same" or the deviation's name.
@@ -66,7 +83,7 @@ func FidelityRules() []FidelityRule {
 	same := func(id, rule, both string, fromCode bool) FidelityRule {
 		return FidelityRule{ID: id, Rule: rule, Upstream: both, Ours: both, FromCode: fromCode}
 	}
-	return append([]FidelityRule{
+	return withLater(append([]FidelityRule{
 		curve("A1", 0, "10", "15"),
 		curve("A2", 1, "10", "15"),
 		curve("A3", 2, "40", "60"),
@@ -131,7 +148,7 @@ func FidelityRules() []FidelityRule {
 			Ours: "Pending → Scheduling (launcher process spawned) → Failed: the launcher dies before it reports Scheduled", Deviation: DeviationPhases, FromCode: true},
 		{ID: "S9", Rule: "launcher that cannot be created, retried", Upstream: "through the VMI controller's rate-limited work queue",
 			Ours: "the same Pending VMI after 1 s, doubling to 60 s (scaled)", Deviation: DeviationRetryCadence, FromCode: true},
-	}, virtHandlerRules()...)
+	}, virtHandlerRules()...))
 }
 
 // virtHandlerRules are section H: KubeVirt's own virt-handler on
@@ -152,22 +169,67 @@ func virtHandlerRules() []FidelityRule {
 	}
 }
 
+// laterResults are the rules' results on later KubeVirt releases, by rule
+// ID: what the rule's spec observed with that release's components
+// (make clusterlite KUBEVIRT_VERSION=vX.Y.Z, the lane with
+// CLUSTERLITE_BIN_DIR at its folder; tools/clusterlite/kubevirt/VIRT-HANDLER.md
+// section 6 has the runs).
+func laterResults() map[string][]ReleaseResult {
+	return map[string][]ReleaseResult{
+		"H1": {{Release: "v1.7.0", Result: LaterSame + "; its domain informer now lists only the sockets of its ghost records, " +
+			"checkpoints under /var/run/kubevirt-private that outlive the restart, not every launcher socket under /pods (kubevirt/kubevirt#15323)"}},
+	}
+}
+
+// withLater sets each rule's Later from laterResults.
+func withLater(rules []FidelityRule) []FidelityRule {
+	later := laterResults()
+	for i := range rules {
+		rules[i].Later = later[rules[i].ID]
+	}
+	return rules
+}
+
 // FidelityMarkdown renders rules as a Markdown table: rule, what, KubeVirt
 // v1.6.0, ours, and "same" or the deviation. A rule read from upstream's
-// code rather than its unit tests is marked "(code)".
+// code rather than its unit tests is marked "(code)". When any rule has a
+// later release's result, a last column "Later releases" gives them
+// ("v1.7.0: same"), empty for rules not run on a later release.
 func FidelityMarkdown(rules []FidelityRule) string {
+	later := false
+	for _, r := range rules {
+		later = later || len(r.Later) > 0
+	}
 	var b strings.Builder
-	b.WriteString("| Rule | Situation | KubeVirt v1.6.0 | Ours | Verdict |\n")
-	b.WriteString("|---|---|---|---|---|\n")
+	b.WriteString("| Rule | Situation | KubeVirt v1.6.0 | Ours | Verdict |")
+	sep := "|---|---|---|---|---|"
+	if later {
+		b.WriteString(" Later releases |")
+		sep += "---|"
+	}
+	b.WriteString("\n" + sep + "\n")
 	for _, r := range rules {
 		id := r.ID
 		if r.FromCode {
 			id += " (code)"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n",
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |",
 			cell(id), cell(r.Rule), cell(r.Upstream), cell(r.Ours), cell(r.Verdict()))
+		if later {
+			fmt.Fprintf(&b, " %s |", cell(laterText(r.Later)))
+		}
+		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// laterText is a rule's later results as one cell: "v1.7.0: same; ...".
+func laterText(later []ReleaseResult) string {
+	parts := make([]string, 0, len(later))
+	for _, l := range later {
+		parts = append(parts, l.Release+": "+l.Result)
+	}
+	return strings.Join(parts, "; ")
 }
 
 // cell escapes a table cell's pipes and line breaks.

@@ -30,13 +30,31 @@ import (
 const (
 	handlerServerCN = "kubevirt.io:system:node:virt-handler"
 	handlerClientCN = "kubevirt.io:system:client:virt-handler"
+	// From v1.7.0 on, virt-handler also has a client certificate for
+	// migrations and one towards the guests' vsock agents, read from
+	// folders of their own (secrets kubevirt-virt-handler-migration-client-certs
+	// and kubevirt-virt-handler-vsock-client-certs).
+	handlerMigrationCN = "kubevirt.io:system:client:migration"
+	handlerVsockCN     = "kubevirt.io:system:client:vsock"
 )
+
+// handlerCertMounts are the certificate files of WriteVirtHandlerPKI that
+// v1.7.0's virt-handler reads at its default paths, by file name. The
+// folders are its DaemonSet's mounts; v1.6.0 has no such flags and never
+// opens them, so they are mounted for every release.
+var handlerCertMounts = map[string]string{
+	"migration.crt": "/etc/virt-handler/migrationservercertificates/tls.crt",
+	"migration.key": "/etc/virt-handler/migrationservercertificates/tls.key",
+	"vsock.crt":     "/etc/virt-handler/vsockclientcertificates/tls.crt",
+	"vsock.key":     "/etc/virt-handler/vsockclientcertificates/tls.key",
+}
 
 // WriteVirtHandlerPKI issues virt-handler's serving certificate (for the
 // console, VNC and lifecycle server virt-api dials at podIP) and its
 // client certificate (towards the launchers' migration proxies and
 // virt-api), signed by the cluster's CA, into dir: tls.crt/.key and
-// client.crt/.key, returned by name.
+// client.crt/.key, and v1.7.0's migration and vsock client certificates,
+// migration.crt/.key and vsock.crt/.key; returned by name.
 func (cp *ControlPlane) WriteVirtHandlerPKI(dir string, podIP net.IP) (map[string]string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", dir, err)
@@ -49,6 +67,12 @@ func (cp *ControlPlane) WriteVirtHandlerPKI(dir string, podIP net.IP) (map[strin
 	}
 	if files["client.crt"], files["client.key"], err = cp.IssueClientCert(handlerClientCN, nil); err != nil {
 		return nil, fmt.Errorf("issuing virt-handler's client certificate: %w", err)
+	}
+	if files["migration.crt"], files["migration.key"], err = cp.IssueClientCert(handlerMigrationCN, nil); err != nil {
+		return nil, fmt.Errorf("issuing virt-handler's migration client certificate: %w", err)
+	}
+	if files["vsock.crt"], files["vsock.key"], err = cp.IssueClientCert(handlerVsockCN, nil); err != nil {
+		return nil, fmt.Errorf("issuing virt-handler's vsock client certificate: %w", err)
 	}
 	return writeFiles(dir, files)
 }
@@ -169,13 +193,19 @@ func (h HandlerPod) Argv(label string) []string {
 		"-v", h.LabellerDir + ":/var/lib/kubevirt-node-labeller",
 		"-v", certs + ":/etc/virt-handler/certs:ro",
 		"-v", h.Kubeconfig + ":/etc/virt-handler/kubeconfig:ro",
-		"--entrypoint", "/usr/bin/virt-handler", h.Image,
+	}
+	for _, name := range []string{"migration.crt", "migration.key", "vsock.crt", "vsock.key"} {
+		if f, ok := h.Certs[name]; ok {
+			args = append(args, "-v", f+":"+handlerCertMounts[name]+":ro")
+		}
+	}
+	args = append(args, "--entrypoint", "/usr/bin/virt-handler", h.Image,
 		"--kubeconfig", "/etc/virt-handler/kubeconfig", "--port", h.Port, "--hostname-override", h.NodeName,
 		"--pod-ip-address", h.PodIP.String(), "--max-metric-requests", "3", "--console-server-port", "8186",
 		"--graceful-shutdown-seconds", "315", "-v", "2", "--kubelet-pods-dir", pods,
 		"--tls-cert-file", "/etc/virt-handler/certs/tls.crt", "--tls-key-file", "/etc/virt-handler/certs/tls.key",
 		"--client-cert-file", "/etc/virt-handler/certs/client.crt", "--client-key-file", "/etc/virt-handler/certs/client.key",
-	}
+	)
 	return h.Node.Command(args...)
 }
 
