@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/watch"
 
+	cmdclient "kubevirt.io/kubevirt/pkg/virt-handler/cmd-client"
 	"kubevirt.io/kubevirt/pkg/virt-launcher/virtwrap/api"
 
 	"github.com/crashloop-harness/crashloop/kubevirtmode/handlerside"
@@ -158,21 +159,28 @@ var _ = Describe("the start/stop path", func() {
 	})
 })
 
+// heldStart starts a pod whose QEMU qemu-slow-start holds for hold before
+// Running, syncs it on one client (its result on synced) and, once the
+// pushed Shutoff/Unknown came, connects a second client (closed after the
+// spec), as virt-handler acting on the domain while the first Sync waits.
+func heldStart(hold string) (p *pod, c cmdclient.LauncherClient, synced chan error, second cmdclient.LauncherClient) {
+	p = startPod(podSpec{annotations: map[string]string{faults.AnnotationPrefix + "qemu-slow-start": "after=" + hold}})
+	c = p.connect()
+	synced = make(chan error, 1)
+	go func() { synced <- c.SyncVirtualMachine(p.vmi, nil) }()
+	p.waitState(api.Shutoff, api.ReasonUnknown, bootTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	second, err := handlerside.Connect(ctx, p.socket(), p.exited)
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(second.Close)
+	return p, c, synced, second
+}
+
 var _ = Describe("a domain whose QEMU is starting", func() {
 	It("is Paused/StartingUp to GetDomain, as libvirt's state reads, while the pushed events say Shutoff/Unknown, so a restarted virt-handler's listing finds it alive", func() {
-		// qemu-slow-start holds the started QEMU for 6 s before Running.
-		p := startPod(podSpec{annotations: map[string]string{faults.AnnotationPrefix + "qemu-slow-start": "after=6s"}})
-		c := p.connect()
-		synced := make(chan error, 1)
-		go func() { synced <- c.SyncVirtualMachine(p.vmi, nil) }()
-		p.waitState(api.Shutoff, api.ReasonUnknown, bootTimeout)
-
 		// A second client, as virt-handler restarted during the start.
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		relisted, err := handlerside.Connect(ctx, p.socket(), p.exited)
-		Expect(err).NotTo(HaveOccurred())
-		defer relisted.Close()
+		p, c, synced, relisted := heldStart("6s")
 		d, exists, err := relisted.GetDomain()
 		Expect(err).NotTo(HaveOccurred())
 		Expect(exists).To(BeTrue())
@@ -191,19 +199,10 @@ var _ = Describe("a domain whose QEMU is starting", func() {
 	})
 
 	It("is undefined by DeleteVirtualMachine only once its start ends, and runs on as a transient domain (libvirt's undefine, as KubeVirt's DeleteVMI); the final notification and the exit come when it is killed", func() {
-		p := startPod(podSpec{annotations: map[string]string{faults.AnnotationPrefix + "qemu-slow-start": "after=4s"}})
-		c := p.connect()
-		synced := make(chan error, 1)
-		go func() { synced <- c.SyncVirtualMachine(p.vmi, nil) }()
-		p.waitState(api.Shutoff, api.ReasonUnknown, bootTimeout)
 		// virt-handler v1.6.0 deletes a domain it takes for inactive
 		// (pushed Shutoff/Unknown while the start is in flight), on a
 		// client of its own while the first Sync waits.
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		deleter, err := handlerside.Connect(ctx, p.socket(), p.exited)
-		Expect(err).NotTo(HaveOccurred())
-		defer deleter.Close()
+		p, c, synced, deleter := heldStart("4s")
 		start := time.Now()
 		Expect(deleter.DeleteDomain(p.vmi)).To(Succeed())
 		AddReportEntry("delete-during-start", fmt.Sprintf("DeleteVirtualMachine returned after %v, once the held start ended", time.Since(start).Round(100*time.Millisecond)))
