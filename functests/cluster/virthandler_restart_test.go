@@ -36,8 +36,7 @@ import (
 // runs. kubevirt/kubevirt#18763 and #18765 are a restarted virt-handler
 // with an empty domain cache failing a Running VMI; this spec shows what
 // this release does in the plain case (the launcher's socket answers, no
-// migration). The same while a VMI starts depends on where the kill lands
-// (VIRT-HANDLER.md, section 6) and has no spec yet.
+// migration). The same while a VMI starts is virthandler_start_test.go.
 var _ = Describe("KubeVirt's virt-handler killed with SIGKILL and restarted", Label("virt-handler"), Ordered, func() {
 	var (
 		s  *liteStack
@@ -83,7 +82,12 @@ var _ = Describe("KubeVirt's virt-handler killed with SIGKILL and restarted", La
 // createNoNetVMI creates a test-guest VMI without a pod network on the
 // virt-handler stack, deleted (and its pod waited for) after the spec.
 func createNoNetVMI(ctx SpecContext, kc kubecli.KubevirtClient, name string) *v1.VirtualMachineInstance {
-	vmi := testguest.VMI(testguest.Spec{Name: name, Namespace: namespace()})
+	return createNoNetVMIWith(ctx, kc, name, nil)
+}
+
+// createNoNetVMIWith is createNoNetVMI with annotations (faults) on the VMI.
+func createNoNetVMIWith(ctx SpecContext, kc kubecli.KubevirtClient, name string, annotations map[string]string) *v1.VirtualMachineInstance {
+	vmi := testguest.VMI(testguest.Spec{Name: name, Namespace: namespace(), Annotations: annotations})
 	noPodNet := false
 	vmi.Spec.Domain.Devices.AutoattachPodInterface = &noPodNet
 	vmi, err := kc.VirtualMachineInstance(namespace()).Create(ctx, vmi, metav1.CreateOptions{})

@@ -155,7 +155,8 @@ func FidelityRules() []FidelityRule {
 // cluster-lite's node (clusterlite up --node-side virt-handler) around our
 // KubeVirt-mode launcher and our kubelet. Upstream's side is read from
 // virt-handler's code; ours is what the cluster lane's spec observes with
-// virt-handler v1.6.0 itself (functests/cluster/virthandler_restart_test.go),
+// virt-handler v1.6.0 itself (functests/cluster/virthandler_restart_test.go,
+// virthandler_start_test.go),
 // which checks each clause of the text.
 func virtHandlerRules() []FidelityRule {
 	both := func(id, rule, text string) FidelityRule {
@@ -166,6 +167,11 @@ func virtHandlerRules() []FidelityRule {
 			"the VMI stays Running (every watch event), the same QEMU process, no new VMI or pod: the restarted virt-handler's domain informer lists each launcher's domain "+
 				"(GetDomain on its socket) before its VMI workers start. A Running VMI whose domain is missing from that list is failed "+
 				"(kubevirt/kubevirt#18763, #18765: after a migration, or with an unreachable socket)"),
+		both("H2", "virt-handler SIGKILLed and restarted while a VMI's QEMU starts (its Sync in flight)",
+			"the VMI stays Scheduled after the start has ended, until virt-handler's next domain resync (--domain-resync-period-seconds, 300 s by default), "+
+				"then Running with the same QEMU, no new VMI or pod. The restarted virt-handler lists the domain Paused/StartingUp, which its isMigrationInProgress "+
+				"takes for a migration, so the VMI's key is dropped unlogged (V(4)); its launcher client, and with it the VMI's domain-notify pipe, is made only in a sync, "+
+				"so the launcher's Running event reaches no one; the resync's GetDomain reads it"),
 	}
 }
 

@@ -1,0 +1,134 @@
+package cluster_test
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/types"
+	v1 "kubevirt.io/api/core/v1"
+	"kubevirt.io/client-go/kubecli"
+
+	"github.com/crashloop-harness/crashloop/pkg/faults"
+)
+
+// Rows of #21 on a VMI whose start is in flight: virt-handler's Sync
+// (SyncVirtualMachine, 20 s gRPC deadline) waits while our launcher holds
+// the started QEMU paused (the qemu-slow-start fault), which is where a
+// restarted virt-handler (H2) or a Sync past its deadline (H3,
+// kubevirt/kubevirt#17367) meets the domain. During the hold our
+// KubeVirt-mode launcher pushes Shutoff/Unknown and answers GetDomain with
+// Paused/StartingUp, as KubeVirt's launcher over libvirt does.
+var _ = Describe("KubeVirt's virt-handler while a VMI starts", Label("virt-handler"), Ordered, func() {
+	var (
+		s  *liteStack
+		kc kubecli.KubevirtClient
+	)
+	BeforeAll(func(ctx SpecContext) { s, kc = virtHandlerStack(ctx) })
+
+	It("killed with SIGKILL while the VMI's QEMU starts, is followed by one that leaves the VMI Scheduled past the start's end, until its next domain resync, then Running with the same QEMU (H2)", func(ctx SpecContext) {
+		const hold = 12 * time.Second
+		resync := domainResync()
+		name := fmt.Sprintf("vh-startkill-%d", time.Now().Unix()%100000)
+		w := watchVMI(kc, name)
+		vmi := createNoNetVMIWith(ctx, kc, name, map[string]string{faults.AnnotationPrefix + "qemu-slow-start": "after=" + hold.String()})
+		DeferCleanup(keepRestartLogs, s, name)
+		pod := w.onlyPod()
+		qemu := qemuOf(ctx, s, pod, name)
+		// The hold began with the start call, before its QEMU was seen.
+		holdEnd := time.Now().Add(hold)
+		Expect(w.latestPhase()).To(Equal(string(v1.Scheduled)), "VMI %s while its QEMU is held: virt-handler's Sync is in flight", name)
+
+		r := awaitHandler(ctx, s, kc, killHandler(ctx, s))
+		Expect(holdEnd.After(r.back)).To(BeTrue(), "the new virt-handler (%v after the kill) came while the start was still held", r.back.Sub(r.killed).Round(100*time.Millisecond))
+
+		By("after our launcher's start has ended, the VMI is still Scheduled: the restarted virt-handler listed the domain Paused/StartingUp, which it takes for a migration in progress, and nothing tells it the domain runs now")
+		Consistently(w.latestPhase).WithTimeout(time.Until(holdEnd.Add(3*time.Second))).WithPolling(200*time.Millisecond).
+			Should(Equal(string(v1.Scheduled)), "VMI %s until 3 s after its start's hold ended", name)
+		Expect(handlerMsgs(s, vmi.UID, r.killed, "VMI is in phase")).To(BeEmpty(), "the restarted virt-handler synced VMI %s before its start ended", name)
+
+		By("the first domain resync after the start's end reads the domain Running, and virt-handler syncs the VMI Running")
+		var tick time.Time
+		Eventually(func() bool {
+			tick = firstHandlerLine(s, holdEnd, "resyncing virt-launcher domains")
+			return !tick.IsZero()
+		}).WithTimeout(time.Until(holdEnd.Add(resync+30*time.Second))).WithPolling(200*time.Millisecond).Should(BeTrue(),
+			"virt-handler's domain resync (every %v) after %s; its log %s", resync, holdEnd.Format(time.RFC3339), handlerLog(s))
+		running := w.await(v1.Running, time.Until(tick.Add(30*time.Second)), s)
+		synced := handlerSynced(s, r, vmi.UID)
+		Expect(synced.at).To(BeTemporally(">=", tick.Add(-time.Second)), "the restarted virt-handler's first sync of VMI %s (%q) comes with the resync of %s", name, synced.line, tick.Format(time.RFC3339Nano))
+		Expect(running).To(BeTemporally("~", tick, 5*time.Second), "VMI %s Running at the resync of %s", name, tick.Format(time.RFC3339Nano))
+		Expect(compact(w.phasesSince(w.began))).To(Equal([]string{"Pending", "Scheduling", "Scheduled", "Running"}), "VMI %s phases", name)
+		Expect(qemuOf(ctx, s, pod, name)).To(Equal(qemu), "the QEMU of pod %s (host PID and start time) after the restart", pod.Name)
+		Expect(w.vmiUIDs()).To(ConsistOf(vmi.UID), "VMIs named %s seen", name)
+		Expect(w.podUIDs()).To(ConsistOf(pod.UID), "launcher pods of %s seen", name)
+		Expect(w.deleted()).To(BeEmpty(), "nothing of %s deleted", name)
+		Expect(handlerMsgs(s, vmi.UID, r.killed, "Deleting inactive domain", "Signaled deletion")).To(BeEmpty(),
+			"the restarted virt-handler took the starting domain for inactive")
+
+		row := fidelityRow("H2")
+		AddReportEntry("cluster-virt-handler-restart-starting", fmt.Sprintf("%s, KubeVirt %s: virt-handler %d SIGKILLed with VMI %s Scheduled and its QEMU %d held %v; a new one %v later; the hold ended %v after the kill; the VMI stayed Scheduled until the domain resync %v after the kill (period %v), its first sync %v after the kill (%q), Running %v after the kill; phases %v; same QEMU, one VMI, one pod. Rule: %s",
+			row.ID, kubevirtVersion(ctx), r.old.PID, name, qemu.PID, hold, r.back.Sub(r.killed).Round(100*time.Millisecond), holdEnd.Sub(r.killed).Round(100*time.Millisecond),
+			tick.Sub(r.killed).Round(100*time.Millisecond), resync, synced.at.Sub(r.killed).Round(100*time.Millisecond), synced.line,
+			running.Sub(r.killed).Round(100*time.Millisecond), compact(w.phasesSince(w.began)), row.Upstream))
+	})
+
+	It("gives up a Sync slower than its 20 s deadline and meets the starting domain (H3, kubevirt/kubevirt#17367)", func(ctx SpecContext) {
+		const hold = 35 * time.Second
+		name := fmt.Sprintf("vh-slowsync-%d", time.Now().Unix()%100000)
+		w := watchVMI(kc, name)
+		vmi := createNoNetVMIWith(ctx, kc, name, map[string]string{faults.AnnotationPrefix + "qemu-slow-start": "after=" + hold.String()})
+		DeferCleanup(keepRestartLogs, s, name)
+		pod := w.onlyPod()
+		qemu := qemuOf(ctx, s, pod, name)
+		held := time.Now()
+		Consistently(func() bool { return true }).WithTimeout(time.Until(held.Add(hold + 30*time.Second))).Should(BeTrue())
+		msgs := handlerMsgs(s, vmi.UID, w.began)
+		fmt.Fprintf(GinkgoWriter, "virt-handler on VMI %s:\n%s\n", name, strings.Join(msgs, "\n"))
+		AddReportEntry("cluster-virt-handler-slow-sync", fmt.Sprintf("H3: QEMU %d held %v; VMI phases %v; QEMU alive %v; VMIs %d, pods %d, deleted %v",
+			qemu.PID, hold, compact(w.phasesSince(w.began)), qemu.Alive(), len(w.vmiUIDs()), len(w.podUIDs()), w.deleted()))
+		_ = pod
+	})
+})
+
+// handlerMsgs lists the msg fields of virt-handler's log lines about the
+// VMI uid stamped after since that contain one of words (all lines for
+// none).
+func handlerMsgs(s *liteStack, uid types.UID, since time.Time, words ...string) []string {
+	var msgs []string
+	for _, l := range handlerLines(s) {
+		if !strings.Contains(l, string(uid)) {
+			continue
+		}
+		if at, ok := stampOf(l); !ok || at.Before(since) {
+			continue
+		}
+		m := msgOf(l)
+		if len(words) == 0 || slices.ContainsFunc(words, func(w string) bool { return strings.Contains(m, w) }) {
+			msgs = append(msgs, m)
+		}
+	}
+	return msgs
+}
+
+// firstHandlerLine is the time of virt-handler's first log line stamped
+// after since whose msg contains msg, or zero.
+func firstHandlerLine(s *liteStack, since time.Time, msg string) time.Time {
+	for _, l := range handlerLines(s) {
+		if at, ok := stampOf(l); ok && at.After(since) && strings.Contains(msgOf(l), msg) {
+			return at
+		}
+	}
+	return time.Time{}
+}
+
+// handlerLines is virt-handler's log, every run of it, as lines.
+func handlerLines(s *liteStack) []string {
+	b, err := os.ReadFile(handlerLog(s))
+	Expect(err).NotTo(HaveOccurred())
+	return strings.Split(string(b), "\n")
+}
