@@ -172,6 +172,9 @@ func virtHandlerRules() []FidelityRule {
 				"then Running with the same QEMU, no new VMI or pod. The restarted virt-handler lists the domain Paused/StartingUp, which its isMigrationInProgress "+
 				"takes for a migration, so the VMI's key is dropped unlogged (V(4)); its launcher client, and with it the VMI's domain-notify pipe, is made only in a sync, "+
 				"so the launcher's Running event reaches no one; the resync's GetDomain reads it"),
+		both("H5", "a launcher that died before its command socket, its container kept (fail-fast with keep-launcher-alive-after-failure)",
+			"the VMI stays Scheduled while virt-handler looks for the socket every second, and is Failed 3 minutes after its first look "+
+				"(IsLauncherClientUnresponsive: a pod folder without a socket is given 3 minutes to initialize); no Sync is attempted, no new pod"),
 	}
 }
 
