@@ -172,6 +172,11 @@ func virtHandlerRules() []FidelityRule {
 				"then Running with the same QEMU, no new VMI or pod. The restarted virt-handler lists the domain Paused/StartingUp, which its isMigrationInProgress "+
 				"takes for a migration, so the VMI's key is dropped unlogged (V(4)); its launcher client, and with it the VMI's domain-notify pipe, is made only in a sync, "+
 				"so the launcher's Running event reaches no one; the resync's GetDomain reads it"),
+		both("H3", "a Sync slower than virt-handler's 20 s gRPC deadline (the launcher's start held 25 s)",
+			"the Sync fails with DeadlineExceeded; the next sync finds the domain Shutoff/Unknown, as the launcher's defined-domain event left it, takes it for inactive "+
+				"and deletes it: DeleteDomain waits for the start and undefines the now running domain, then virt-handler's final cleanup unmounts the VMI's containerDisks "+
+				"and closes its notify pipe. The guest runs on and the VMI stays Scheduled, virt-handler retrying its start (\"containerdisk scratch not yet ready\") "+
+				"(kubevirt/kubevirt#17367; a domain resync inside the Sync's 20 s would put Paused/StartingUp in the cache first and avoid it)"),
 		both("H5", "a launcher that died before its command socket, its container kept (fail-fast with keep-launcher-alive-after-failure)",
 			"the VMI stays Scheduled while virt-handler looks for the socket every second, and is Failed 3 minutes after its first look "+
 				"(IsLauncherClientUnresponsive: a pod folder without a socket is given 3 minutes to initialize); no Sync is attempted, no new pod"),
