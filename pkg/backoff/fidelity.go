@@ -193,6 +193,7 @@ func laterResults() map[string][]ReleaseResult {
 		"H1": {{Release: "v1.7.0", Result: LaterSame + "; its domain informer now lists only the sockets of its ghost records, " +
 			"checkpoints under /var/run/kubevirt-private that outlive the restart, not every launcher socket under /pods (kubevirt/kubevirt#15323)"}},
 		"H2": {{Release: "v1.7.0", Result: LaterSame + " (Running at the first domain resync after the start's end)"}},
+		"H3": {{Release: "v1.7.0", Result: LaterSame + "; fixed on main only (kubevirt/kubevirt#18545, not in v1.8.4)"}},
 		"H5": {{Release: "v1.7.0", Result: LaterSame + " (Failed 3 min 0.2 s after Scheduled)"}},
 	}
 }
