@@ -9,10 +9,12 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	k8sv1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	v1 "kubevirt.io/api/core/v1"
 	"kubevirt.io/client-go/kubecli"
 
+	"github.com/crashloop-harness/crashloop/pkg/clusterlite"
 	"github.com/crashloop-harness/crashloop/pkg/faults"
 )
 
@@ -46,14 +48,8 @@ var _ = Describe("KubeVirt's virt-handler restarted while a VMI starts", Label("
 
 	It("killed with SIGKILL while the VMI's QEMU starts, is followed by one that leaves the VMI Scheduled past the start's end, until its next domain resync, then Running with the same QEMU (H2)", func(ctx SpecContext) {
 		const hold = 12 * time.Second
-		name := fmt.Sprintf("vh-startkill-%d", time.Now().Unix()%100000)
-		w := watchVMI(kc, name)
-		vmi := createNoNetVMIWith(ctx, kc, name, map[string]string{faults.AnnotationPrefix + "qemu-slow-start": "after=" + hold.String()})
-		DeferCleanup(keepRestartLogs, s, name)
-		pod := w.onlyPod()
-		qemu := qemuOf(ctx, s, pod, name)
-		// The hold began with the start call, before its QEMU was seen.
-		holdEnd := time.Now().Add(hold)
+		h := startHeld(ctx, s, kc, "vh-startkill", hold)
+		name, w, vmi, pod, qemu, holdEnd := h.name, h.w, h.vmi, h.pod, h.qemu, h.end
 		Expect(w.latestPhase()).To(Equal(string(v1.Scheduled)), "VMI %s while its QEMU is held: virt-handler's Sync is in flight", name)
 
 		r := awaitHandler(ctx, s, kc, killHandler(ctx, s))
@@ -101,13 +97,8 @@ var _ = Describe("KubeVirt's virt-handler while a VMI starts", Label("virt-handl
 
 	It("gives up a Sync slower than its 20 s deadline, takes the starting domain for inactive, undefines it and cleans the VMI up under its running guest, which then stays Scheduled (H3, kubevirt/kubevirt#17367)", func(ctx SpecContext) {
 		const hold = 25 * time.Second
-		name := fmt.Sprintf("vh-slowsync-%d", time.Now().Unix()%100000)
-		w := watchVMI(kc, name)
-		vmi := createNoNetVMIWith(ctx, kc, name, map[string]string{faults.AnnotationPrefix + "qemu-slow-start": "after=" + hold.String()})
-		DeferCleanup(keepRestartLogs, s, name)
-		pod := w.onlyPod()
-		qemu := qemuOf(ctx, s, pod, name)
-		holdEnd := time.Now().Add(hold)
+		h := startHeld(ctx, s, kc, "vh-slowsync", hold)
+		name, w, vmi, pod, qemu, holdEnd := h.name, h.w, h.vmi, h.pod, h.qemu, h.end
 
 		By("the Sync's 20 s gRPC deadline passes while our launcher holds the start")
 		var gaveUp time.Time
@@ -150,6 +141,31 @@ var _ = Describe("KubeVirt's virt-handler while a VMI starts", Label("virt-handl
 			compact(w.phasesSince(w.began)), row.Upstream))
 	})
 })
+
+// heldStart is a VMI whose start our launcher holds (qemu-slow-start):
+// its watch, pod, QEMU (up, paused) and when the hold ends at the latest
+// (it began with the start call, before its QEMU was seen).
+type heldStart struct {
+	name string
+	w    *vmiWatch
+	vmi  *v1.VirtualMachineInstance
+	pod  *k8sv1.Pod
+	qemu clusterlite.NodeProcess
+	end  time.Time
+}
+
+// startHeld creates a test-guest VMI named prefix-N whose start is held
+// for hold, and waits until its QEMU runs.
+func startHeld(ctx SpecContext, s *liteStack, kc kubecli.KubevirtClient, prefix string, hold time.Duration) heldStart {
+	h := heldStart{name: fmt.Sprintf("%s-%d", prefix, time.Now().Unix()%100000)}
+	h.w = watchVMI(kc, h.name)
+	h.vmi = createNoNetVMIWith(ctx, kc, h.name, map[string]string{faults.AnnotationPrefix + "qemu-slow-start": "after=" + hold.String()})
+	DeferCleanup(keepRestartLogs, s, h.name)
+	h.pod = h.w.onlyPod()
+	h.qemu = qemuOf(ctx, s, h.pod, h.name)
+	h.end = time.Now().Add(hold)
+	return h
+}
 
 // handlerMsgs lists the msg fields of virt-handler's log lines about the
 // VMI uid stamped after since that contain one of words (all lines for
