@@ -113,6 +113,8 @@ type upOptions struct {
 	mode        string
 	driver      string
 	nodeSide    string
+	// handlerFlags are appended to virt-handler's command line.
+	handlerFlags []string
 }
 
 func parseUp(args []string) (upOptions, error) {
@@ -133,6 +135,7 @@ func parseUp(args []string) (upOptions, error) {
 	fs.StringVar(&o.mode, "launcher-mode", "direct", "what runs in a launcher pod: direct (our virt-launcher for the pod's VMI, the node agent following its events) or kubevirt (the pod's own command line, virt-launcher-monitor, in a podman container with the pod's volumes, driven over KubeVirt's gRPC protocol by --driver beside it; needs podman and the image)")
 	fs.StringVar(&o.driver, "driver", filepath.Join(binDir, "virt-handler-driver"), "kubevirtmode's virt-handler-driver, for --launcher-mode kubevirt (make kubevirtmode)")
 	fs.StringVar(&o.nodeSide, "node-side", "agent", "who plays the node: agent (our node agent plays kubelet and virt-handler) or virt-handler (KubeVirt's own virt-handler from --bin-dir runs in a node namespace, the agent keeps kubelet's role; needs podman, the launcher image and `make clusterlite VIRT_HANDLER=1`)")
+	fs.StringArrayVar(&o.handlerFlags, "virt-handler-flag", nil, "with --node-side virt-handler: a flag appended to virt-handler's command line as the DaemonSet gives it (repeatable), e.g. --virt-handler-flag=--domain-resync-period-seconds=30")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

@@ -35,6 +35,9 @@ var handlerRestart = clusterlite.Backoff{Initial: time.Second, Max: 30 * time.Se
 func (o upOptions) checkNodeSide() error {
 	switch o.nodeSide {
 	case nodeSideAgent:
+		if len(o.handlerFlags) > 0 {
+			return fmt.Errorf("--virt-handler-flag %q: only with --node-side virt-handler", o.handlerFlags)
+		}
 		return nil
 	case nodeSideHandler:
 	default:
@@ -106,7 +109,7 @@ func (s *stack) startNodeSide(ctx context.Context, o upOptions) error {
 		return err
 	}
 	h := clusterlite.HandlerPod{Node: n.node, NodeName: o.nodeName, BinDir: o.binDir, Image: launcherImage, PodIP: ip,
-		Kubeconfig: s.cp.KubeconfigFor(handlerUser), Certs: certs, LabellerDir: labeller, Port: handlerPort}
+		Kubeconfig: s.cp.KubeconfigFor(handlerUser), Certs: certs, LabellerDir: labeller, Port: handlerPort, ExtraFlags: o.handlerFlags}
 	argv := h.Argv(n.label)
 	if n.handler, err = s.cp.StartProcess("virt-handler", argv[0], argv[1:], clusterlite.Restart(handlerRestart)); err != nil {
 		return err

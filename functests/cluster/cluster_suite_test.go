@@ -83,6 +83,8 @@ type liteStack struct {
 	started    time.Time
 	// netns is the file of the stack's network namespace (NETNS=).
 	netns string
+	// node is the node's name where KubeVirt's virt-handler plays it.
+	node string
 	// tmpBefore is what /tmp held before the stack started, and
 	// netBefore the host namespace's network configuration.
 	tmpBefore map[string]bool

@@ -36,8 +36,7 @@ import (
 // runs. kubevirt/kubevirt#18763 and #18765 are a restarted virt-handler
 // with an empty domain cache failing a Running VMI; this spec shows what
 // this release does in the plain case (the launcher's socket answers, no
-// migration). The same while a VMI starts depends on where the kill lands
-// (VIRT-HANDLER.md, section 6) and has no spec yet.
+// migration). The same while a VMI starts is virthandler_start_test.go.
 var _ = Describe("KubeVirt's virt-handler killed with SIGKILL and restarted", Label("virt-handler"), Ordered, func() {
 	var (
 		s  *liteStack
@@ -71,7 +70,7 @@ var _ = Describe("KubeVirt's virt-handler killed with SIGKILL and restarted", La
 		Expect(err).NotTo(HaveOccurred())
 		Expect(got.UID).To(Equal(vmi.UID))
 		Expect(got.Status.Phase).To(Equal(v1.Running))
-		Expect(got.Status.ActivePods).To(HaveKeyWithValue(pod.UID, vhNode))
+		Expect(got.Status.ActivePods).To(HaveKeyWithValue(pod.UID, s.node))
 
 		row := fidelityRow("H1")
 		AddReportEntry("cluster-virt-handler-restart-running", fmt.Sprintf("%s, KubeVirt %s: virt-handler %d SIGKILLed, %v later a new one (%d), its heartbeat %v after the kill; it synced the Running VMI %v after the kill (%q); VMI %s stayed Running (%d watch events, phases %v), QEMU host PID %d unchanged, one VMI, one pod. Rule: %s",
@@ -83,7 +82,12 @@ var _ = Describe("KubeVirt's virt-handler killed with SIGKILL and restarted", La
 // createNoNetVMI creates a test-guest VMI without a pod network on the
 // virt-handler stack, deleted (and its pod waited for) after the spec.
 func createNoNetVMI(ctx SpecContext, kc kubecli.KubevirtClient, name string) *v1.VirtualMachineInstance {
-	vmi := testguest.VMI(testguest.Spec{Name: name, Namespace: namespace()})
+	return createNoNetVMIWith(ctx, kc, name, nil)
+}
+
+// createNoNetVMIWith is createNoNetVMI with annotations (faults) on the VMI.
+func createNoNetVMIWith(ctx SpecContext, kc kubecli.KubevirtClient, name string, annotations map[string]string) *v1.VirtualMachineInstance {
+	vmi := testguest.VMI(testguest.Spec{Name: name, Namespace: namespace(), Annotations: annotations})
 	noPodNet := false
 	vmi.Spec.Domain.Devices.AutoattachPodInterface = &noPodNet
 	vmi, err := kc.VirtualMachineInstance(namespace()).Create(ctx, vmi, metav1.CreateOptions{})
@@ -153,7 +157,7 @@ func handlerProcess(ctx context.Context, s *liteStack) (clusterlite.NodeProcess,
 	if err != nil {
 		return clusterlite.NodeProcess{}, err
 	}
-	return clusterlite.ContainerPID(ctx, pid1, clusterlite.HandlerContainer(vhNode))
+	return clusterlite.ContainerPID(ctx, pid1, clusterlite.HandlerContainer(s.node))
 }
 
 // killHandler SIGKILLs virt-handler by its PID (found through the node
@@ -192,7 +196,7 @@ func awaitHandler(ctx SpecContext, s *liteStack, kc kubecli.KubevirtClient, r ha
 	}).WithTimeout(90*time.Second).WithPolling(100*time.Millisecond).Should(BeEmpty(), "a new virt-handler; its log %s", handlerLog(s))
 	r.back = time.Now()
 	Eventually(func() string {
-		node, err := kc.CoreV1().Nodes().Get(ctx, vhNode, metav1.GetOptions{})
+		node, err := kc.CoreV1().Nodes().Get(ctx, s.node, metav1.GetOptions{})
 		if err != nil {
 			return err.Error()
 		}
@@ -206,7 +210,7 @@ func awaitHandler(ctx SpecContext, s *liteStack, kc kubecli.KubevirtClient, r ha
 		}
 		r.heartbeat = t
 		return ""
-	}).WithTimeout(time.Minute).WithPolling(200*time.Millisecond).Should(BeEmpty(), "the restarted virt-handler's heartbeat on node %s", vhNode)
+	}).WithTimeout(time.Minute).WithPolling(200*time.Millisecond).Should(BeEmpty(), "the restarted virt-handler's heartbeat on node %s", s.node)
 	Expect(r.now.Alive()).To(BeTrue(), "the restarted virt-handler %d still runs", r.now.PID)
 	return r
 }

@@ -50,9 +50,15 @@ const crashMessage = "Simulated virt-launcher crash"
 // panic in a stage that has nothing to clean up yet, no deferred function
 // runs: callers crash before they make anything.
 func SimulatedCrash(log *slog.Logger, why string) {
+	ReportSimulatedCrash(log, why)
+	os.Exit(int(launcherapi.ExitPanic))
+}
+
+// ReportSimulatedCrash logs and prints what SimulatedCrash does, without
+// the exit: for a process that outlives its simulated launcher.
+func ReportSimulatedCrash(log *slog.Logger, why string) {
 	log.Info(why + ": crashing before libvirt or QEMU")
 	_, _ = os.Stderr.Write(panicText())
-	os.Exit(int(launcherapi.ExitPanic))
 }
 
 // panicText is a fatal panic's report of crashMessage from the calling

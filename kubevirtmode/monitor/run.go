@@ -29,6 +29,9 @@ import (
 func Run(ctx context.Context, f Flags, log *slog.Logger, stderr io.Writer) (int, error) {
 	if f.SimulateCrash {
 		// cmd/virt-launcher/virt-launcher.go: before any socket exists.
+		if f.KeepAfterFailure {
+			keptWithoutSocket(log)
+		}
 		launchplan.SimulatedCrash(log, "--simulate-crash")
 	}
 	// PID 1 of the compute container, or a subreaper: QEMU (daemonized by
@@ -93,6 +96,24 @@ func Run(ctx context.Context, f Flags, log *slog.Logger, stderr io.Writer) (int,
 	stopServer(srv, readySock)
 	m.notify.closeWithin(5 * time.Second)
 	return code, nil
+}
+
+// keptWithoutSocket is --simulate-crash with --keep-after-failure, as
+// KubeVirt's cmd/virt-launcher-monitor does it: virt-launcher panics before
+// it makes its socket, and the monitor, told to keep the container for
+// debugging, stays forever with no socket. Its signal handler only
+// forwards termination signals to the dead launcher, so they end nothing;
+// the container ends when kubelet kills it after the pod's grace period.
+// virt-handler meanwhile finds the pod without a socket and fails the VMI
+// after its 3 minutes' wait for one.
+func keptWithoutSocket(log *slog.Logger) {
+	launchplan.ReportSimulatedCrash(log, "--simulate-crash")
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGHUP)
+	log.Info("keeping the container alive since --keep-after-failure is set", "exit", 2)
+	for s := range sigs {
+		log.Info("signal for the launcher, which is gone: nothing to stop", "signal", s.String())
+	}
 }
 
 // startTimedOut is upstream's waitForDomainUUID timeout: a launcher whose

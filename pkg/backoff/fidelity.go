@@ -155,7 +155,8 @@ func FidelityRules() []FidelityRule {
 // cluster-lite's node (clusterlite up --node-side virt-handler) around our
 // KubeVirt-mode launcher and our kubelet. Upstream's side is read from
 // virt-handler's code; ours is what the cluster lane's spec observes with
-// virt-handler v1.6.0 itself (functests/cluster/virthandler_restart_test.go),
+// virt-handler v1.6.0 itself (functests/cluster/virthandler_restart_test.go,
+// virthandler_start_test.go),
 // which checks each clause of the text.
 func virtHandlerRules() []FidelityRule {
 	both := func(id, rule, text string) FidelityRule {
@@ -166,6 +167,19 @@ func virtHandlerRules() []FidelityRule {
 			"the VMI stays Running (every watch event), the same QEMU process, no new VMI or pod: the restarted virt-handler's domain informer lists each launcher's domain "+
 				"(GetDomain on its socket) before its VMI workers start. A Running VMI whose domain is missing from that list is failed "+
 				"(kubevirt/kubevirt#18763, #18765: after a migration, or with an unreachable socket)"),
+		both("H2", "virt-handler SIGKILLed and restarted while a VMI's QEMU starts (its Sync in flight)",
+			"the VMI stays Scheduled after the start has ended, until virt-handler's next domain resync (--domain-resync-period-seconds, 300 s by default), "+
+				"then Running with the same QEMU, no new VMI or pod. The restarted virt-handler lists the domain Paused/StartingUp, which its isMigrationInProgress "+
+				"takes for a migration, so the VMI's key is dropped unlogged (V(4)); its launcher client, and with it the VMI's domain-notify pipe, is made only in a sync, "+
+				"so the launcher's Running event reaches no one; the resync's GetDomain reads it"),
+		both("H3", "a Sync slower than virt-handler's 20 s gRPC deadline (the launcher's start held 25 s)",
+			"the Sync fails with DeadlineExceeded; the next sync finds the domain Shutoff/Unknown, as the launcher's defined-domain event left it, takes it for inactive "+
+				"and deletes it: DeleteDomain waits for the start and undefines the now running domain, then virt-handler's final cleanup unmounts the VMI's containerDisks "+
+				"and closes its notify pipe. The guest runs on and the VMI stays Scheduled, virt-handler retrying its start (\"containerdisk scratch not yet ready\") "+
+				"(kubevirt/kubevirt#17367; a domain resync inside the Sync's 20 s would put Paused/StartingUp in the cache first and avoid it)"),
+		both("H5", "a launcher that died before its command socket, its container kept (fail-fast with keep-launcher-alive-after-failure)",
+			"the VMI stays Scheduled while virt-handler looks for the socket every second, and is Failed 3 minutes after its first look "+
+				"(IsLauncherClientUnresponsive: a pod folder without a socket is given 3 minutes to initialize); no Sync is attempted, no new pod"),
 	}
 }
 
@@ -178,6 +192,9 @@ func laterResults() map[string][]ReleaseResult {
 	return map[string][]ReleaseResult{
 		"H1": {{Release: "v1.7.0", Result: LaterSame + "; its domain informer now lists only the sockets of its ghost records, " +
 			"checkpoints under /var/run/kubevirt-private that outlive the restart, not every launcher socket under /pods (kubevirt/kubevirt#15323)"}},
+		"H2": {{Release: "v1.7.0", Result: LaterSame + " (Running at the first domain resync after the start's end)"}},
+		"H3": {{Release: "v1.7.0", Result: LaterSame + "; fixed on main only (kubevirt/kubevirt#18545, not in v1.8.4)"}},
+		"H5": {{Release: "v1.7.0", Result: LaterSame + " (Failed 3 min 0.2 s after Scheduled)"}},
 	}
 }
 

@@ -156,6 +156,9 @@ type HandlerPod struct {
 	// Port is its metrics and /healthz port (the DaemonSet's 8443 is
 	// virt-controller's in the shared namespace).
 	Port string
+	// ExtraFlags are appended to the DaemonSet's command line, after its
+	// own flags, so that they win (pflag keeps the last value).
+	ExtraFlags []string
 }
 
 // HandlerContainer is the name of virt-handler's container, in kubelet's
@@ -206,6 +209,7 @@ func (h HandlerPod) Argv(label string) []string {
 		"--tls-cert-file", "/etc/virt-handler/certs/tls.crt", "--tls-key-file", "/etc/virt-handler/certs/tls.key",
 		"--client-cert-file", "/etc/virt-handler/certs/client.crt", "--client-key-file", "/etc/virt-handler/certs/client.key",
 	)
+	args = append(args, h.ExtraFlags...)
 	return h.Node.Command(args...)
 }
 

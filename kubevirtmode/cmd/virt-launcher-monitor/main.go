@@ -36,10 +36,6 @@ func run() int {
 		return int(launcherapi.ExitUsage)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("vmi", f.Namespace+"/"+f.Name)
-	if f.SimulateCrash && f.KeepAfterFailure {
-		log.Info("--simulate-crash with --keep-after-failure: keeping the container alive instead of crashing")
-		select {}
-	}
 	code, err := monitor.Run(context.Background(), f, log, os.Stderr)
 	if err != nil {
 		log.Error("monitoring virt-launcher failed", "err", err)
