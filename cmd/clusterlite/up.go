@@ -83,13 +83,7 @@ func up(ctx context.Context, o upOptions, log *slog.Logger) (err error) {
 	_, kv := o.agentMode()
 	manifests = append(manifests, clusterlite.EmulationArgs(kv != nil || o.nodeSide == nodeSideHandler, log)...)
 	if o.nodeSide == nodeSideHandler {
-		// KubeVirt's Root gate: launchers run as root, so virt-handler's
-		// phase-1 network setup makes the pod's tap0 owned by root
-		// (LibvirtUserAndGroupId) instead of 107, the user of a non-root
-		// launcher. The node agent runs compute as the image's root
-		// without CAP_NET_ADMIN (runAsUser is not honoured yet), and the
-		// kernel lets only the tap's owner or CAP_NET_ADMIN attach to it.
-		manifests = append(manifests, "--feature-gates", "Root")
+		manifests = append(manifests, clusterlite.HandlerManifestArgs()...)
 	}
 	if err := runLogged(ctx, filepath.Join(s.stateDir, "kubevirt-manifests.log"), filepath.Join(o.binDir, "kubevirt-manifests"), manifests...); err != nil {
 		return fmt.Errorf("installing KubeVirt's CRDs and objects: %w", err)

@@ -88,8 +88,11 @@ var _ = Describe("KubeVirt's own virt-handler with the default pod network", Lab
 		Expect(links).To(MatchRegexp(`\d+: tap0[:@]`), "the pod's links")
 		Expect(links).To(MatchRegexp(`\d+: k6t-eth0[:@]`), "the pod's links")
 		Expect(ipIn(podNS, "-4", "-o", "addr", "show", "dev", "k6t-eth0")).To(ContainSubstring(" 10.0.2.1/24 "), "the masquerade gateway")
-		rules, err := inNode(ctx, s, "podman", "exec", computeName(pod), "nft", "list", "table", "ip", "nat")
-		Expect(err).NotTo(HaveOccurred(), "nft in the pod's compute container: %s", rules)
+		// Read as virt-handler wrote them: its container's nft (the launcher
+		// image's), in the pod's namespace (compute lacks CAP_NET_ADMIN).
+		rules, err := inNode(ctx, s, "podman", "exec", clusterlite.HandlerContainer(vhNode),
+			"nsenter", "--net=/proc/"+strconv.Itoa(compute.NodePID)+"/ns/net", "nft", "list", "table", "ip", "nat")
+		Expect(err).NotTo(HaveOccurred(), "nft in the pod's namespace, from virt-handler's container: %s", rules)
 		for _, want := range []string{"chain KUBEVIRT_PREINBOUND", "chain KUBEVIRT_POSTINBOUND", "ip saddr 10.0.2.2 counter", "masquerade",
 			`iifname "eth0" counter`, "dnat to 10.0.2.2", "snat to 10.0.2.1"} {
 			Expect(rules).To(ContainSubstring(want), "virt-handler's masquerade rules in the pod's table ip nat")

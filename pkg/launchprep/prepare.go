@@ -284,12 +284,11 @@ func (p *Prepared) prepare(ctx context.Context, vmi *v1.VirtualMachineInstance, 
 			return launcherapi.ExitInternal, false
 		}
 	}
+	var conv *converter.Conversion
 	tap, err := podTap(a.PodNetwork)
-	if err != nil {
-		fmt.Fprintf(stderr, "virt-launcher: --pod-network %s: %v\n", a.PodNetwork, err)
-		return launcherapi.ExitInvalidManifest, false
+	if err == nil {
+		conv, err = converter.Convert(ctx, vmi, converter.DomainOptions{Accel: accel, Images: images, ContainerDiskDir: a.ContainerDiskDir, ConsoleLog: consoleLog, ScratchDir: p.Plan.Scratch, ClaimDir: a.ClaimDir, DryRun: a.DryRun, DataVolumeTemplates: dataVolumes, Tap: tap})
 	}
-	conv, err := converter.Convert(ctx, vmi, converter.DomainOptions{Accel: accel, Images: images, ContainerDiskDir: a.ContainerDiskDir, ConsoleLog: consoleLog, ScratchDir: p.Plan.Scratch, ClaimDir: a.ClaimDir, DryRun: a.DryRun, DataVolumeTemplates: dataVolumes, Tap: tap})
 	if err != nil {
 		if images == nil {
 			fmt.Fprintf(stderr, "virt-launcher: %s: %v (image folder %s: not readable; build it with `make images` or pass --image-dir)\n", p.Plan.Input, err, a.ImageDir)
@@ -417,11 +416,11 @@ func podTap(mode string) (*converter.TapNIC, error) {
 		return nil, nil
 	}
 	if _, err := net.InterfaceByName(podTapDevice); err != nil {
-		return nil, fmt.Errorf("no %s in the pod's network namespace (virt-handler makes it before it syncs the VMI): %w", podTapDevice, err)
+		return nil, fmt.Errorf("--pod-network %s: no %s in the pod's network namespace (virt-handler makes it before it syncs the VMI): %w", mode, podTapDevice, err)
 	}
 	eth, err := net.InterfaceByName(podInterface)
 	if err != nil {
-		return nil, fmt.Errorf("the pod's %s: %w", podInterface, err)
+		return nil, fmt.Errorf("--pod-network %s: the pod's %s: %w", mode, podInterface, err)
 	}
 	return &converter.TapNIC{Device: podTapDevice, MTU: eth.MTU, MAC: eth.HardwareAddr.String()}, nil
 }

@@ -180,13 +180,8 @@ func startKubeletPod(ctx context.Context, cfg *Config, procs Runtime, pod *k8sv1
 		return nil, fmt.Errorf("the pod's sandbox: %w", err)
 	}
 	netns := "/proc/" + pid + "/ns/net" // the node namespace's /proc
-	if m.Network != nil {
-		// kubelet's CNI ADD: the sandbox's eth0 before any container.
-		nbegin := time.Now()
-		if k.podIP, err = m.Network.attach(ctx, m.run, pod.UID, pid); err != nil {
-			return nil, err
-		}
-		cfg.Logger.Info("pod network attached", "pod", pod.Namespace+"/"+pod.Name, "podIP", k.podIP, "after", time.Since(nbegin).Round(time.Millisecond))
+	if err := k.attachNetwork(ctx, pod, pid); err != nil {
+		return nil, err
 	}
 	for _, ctr := range pod.Spec.InitContainers {
 		if ctr.RestartPolicy != nil && *ctr.RestartPolicy == k8sv1.ContainerRestartPolicyAlways {
@@ -239,6 +234,22 @@ func startKubeletPod(ctx context.Context, cfg *Config, procs Runtime, pod *k8sv1
 	cfg.Logger.Info("launcher pod started as a pod", "pod", pod.Namespace+"/"+pod.Name, "containers", k.names[1:], "after", time.Since(begin).Round(time.Millisecond))
 	go k.watch()
 	return k, nil
+}
+
+// attachNetwork is kubelet's CNI ADD, when there is a pod network: the
+// sandbox's eth0 (its node-namespace PID) before any container starts.
+func (k *kubeletPod) attachNetwork(ctx context.Context, pod *k8sv1.Pod, pid string) error {
+	if k.mode.Network == nil {
+		return nil
+	}
+	begin := time.Now()
+	a, err := k.mode.Network.attach(ctx, k.mode.run, pod.UID, pid)
+	if err != nil {
+		return err
+	}
+	k.podIP = a
+	k.log.Info("pod network attached", "pod", pod.Namespace+"/"+pod.Name, "podIP", a, "after", time.Since(begin).Round(time.Millisecond))
+	return nil
 }
 
 // podLabels are the podman flags every container of the pod gets: the
