@@ -175,7 +175,7 @@ func (n *PodNetwork) teardownScript() string {
 // runner runs argv inside the node namespace to completion.
 type runner func(ctx context.Context, argv ...string) (string, error)
 
-// Setup makes the bridge. The agent calls it once before any pod.
+// setup makes the bridge; the agent calls it once before any pod.
 func (n *PodNetwork) setup(ctx context.Context, run runner) error {
 	if n.NetNS == "" {
 		return errors.New("pod network: no stack network namespace")
