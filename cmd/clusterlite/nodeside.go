@@ -115,9 +115,14 @@ func (s *stack) startNodeSide(ctx context.Context, o upOptions) error {
 		return err
 	}
 	n.mode = &nodeagent.KubeletMode{Command: n.node.Command, PodsDir: n.node.PodsDir(), Devices: n.devices,
-		ImageDir: o.imageDir, CacheDir: filepath.Join(s.stateDir, "qemu-capabilities")}
+		ImageDir: o.imageDir, CacheDir: filepath.Join(s.stateDir, "qemu-capabilities"),
+		Network: &nodeagent.PodNetwork{NetNS: n.node.NetNS()}}
 	if err := os.MkdirAll(n.mode.CacheDir, 0o755); err != nil {
 		return fmt.Errorf("capability cache: %w", err)
+	}
+	// The pods' bridge, in the stack's network namespace (never the host's).
+	if err := n.mode.SetupNetwork(ctx); err != nil {
+		return err
 	}
 	s.log.Info("virt-handler started in the node namespace", "container", clusterlite.HandlerContainer(o.nodeName), "podIP", handlerIP)
 	return nil
@@ -155,7 +160,7 @@ func (n *nodeSide) stop() error {
 		if names := strings.Fields(out); err == nil && len(names) > 0 {
 			_, err = n.node.Run(ctx, append([]string{"podman", "rm", "--force", "--time", "0"}, names...)...)
 		}
-		errs = append(errs, err, n.mode.RemoveImported(ctx), n.node.Stop())
+		errs = append(errs, err, n.mode.RemoveNetwork(ctx), n.mode.RemoveImported(ctx), n.node.Stop())
 	}
 	if n.devices != nil {
 		n.devices.Stop()

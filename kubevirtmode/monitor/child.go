@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,8 +65,9 @@ func manifestFor(vmi *v1.VirtualMachineInstance) ([]byte, error) {
 	return data, nil
 }
 
-// launcherArgs is our launcher's command line for one start.
-func (f Flags) launcherArgs(manifest, consoleLog string) []string {
+// launcherArgs is our launcher's command line for one start; podNetwork
+// is its --pod-network (podNetwork()).
+func (f Flags) launcherArgs(manifest, consoleLog, podNetwork string) []string {
 	grace := childGrace
 	a := launcherapi.Args{
 		Manifest: manifest,
@@ -80,11 +82,29 @@ func (f Flags) launcherArgs(manifest, consoleLog string) []string {
 		EventFormat:      launcherapi.FormatJSON,
 		LogLevel:         f.LogLevel,
 		HookSidecars:     f.HookSidecars,
+		PodNetwork:       podNetwork,
 	}
 	if f.AllowEmulation {
 		a.Accel = launcherapi.AccelAuto
 	}
 	return a.Build()
+}
+
+// podTap is the tap device virt-handler's phase-1 network setup makes in
+// the pod's network namespace for the pod network's masquerade or bridge
+// binding (KubeVirt's GenerateTapDeviceName for eth0).
+const podTap = "tap0"
+
+// podNetwork is our launcher's --pod-network: kubevirt-tap once tap0
+// exists in this network namespace (virt-handler sets the pod network up
+// before its first SyncVirtualMachine, as for KubeVirt's launcher), else
+// QEMU's user-mode network, as where nothing set a pod network up (the
+// conformance suite, a VMI without one).
+func podNetwork() string {
+	if _, err := net.InterfaceByName(podTap); err == nil {
+		return launcherapi.PodNetworkKubeVirtTap
+	}
+	return launcherapi.PodNetworkUser
 }
 
 // startChild writes the VMI into dir and starts our launcher on it. Its
@@ -103,7 +123,7 @@ func startChild(f Flags, vmi *v1.VirtualMachineInstance, dir string, stderr io.W
 	if err := os.WriteFile(ld.Manifest(), data, 0o644); err != nil {
 		return nil, fmt.Errorf("writing the VMI for the launcher: %w", err)
 	}
-	cmd := exec.Command(f.Launcher, f.launcherArgs(ld.Manifest(), filepath.Join(dir, launcherapi.ConsoleFile))...)
+	cmd := exec.Command(f.Launcher, f.launcherArgs(ld.Manifest(), filepath.Join(dir, launcherapi.ConsoleFile), podNetwork())...)
 	tail := &lastLine{}
 	cmd.Stderr = io.MultiWriter(stderr, tail)
 	out, err := cmd.StdoutPipe()

@@ -190,6 +190,7 @@ func (m *Monitor) onEvent(c *child, ev launcherapi.Event) {
 	case launcherapi.EventScheduled:
 		if m.domain == nil {
 			m.domain = newDomain(m.vmi, graceSeconds(m.vmi))
+			m.domain.Spec.Devices.Interfaces = tapInterfaces(m.vmi)
 			m.notify.domainEvent(watch.Added, m.domain)
 		}
 		m.setState(api.Shutoff, api.ReasonUnknown)

@@ -61,7 +61,7 @@ func TestLauncherArgsAskForKVMUnlessEmulationIsAllowed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := launcherapi.ParseArgs(f.launcherArgs("/x/vmi.json", "/x/console.log"), launcherapi.DefaultArgs(), io.Discard)
+	a, err := launcherapi.ParseArgs(f.launcherArgs("/x/vmi.json", "/x/console.log", launcherapi.PodNetworkKubeVirtTap), launcherapi.DefaultArgs(), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,13 +73,17 @@ func TestLauncherArgsAskForKVMUnlessEmulationIsAllowed(t *testing.T) {
 	if a.ContainerDiskDir != "/var/run/kubevirt/container-disks" {
 		t.Fatalf("launcher's --container-disk-dir %q, want the pod's /var/run/kubevirt/container-disks", a.ContainerDiskDir)
 	}
+	// With virt-handler's tap0 in the pod, the launcher plugs the NIC into it.
+	if a.PodNetwork != launcherapi.PodNetworkKubeVirtTap {
+		t.Fatalf("launcher's --pod-network %q, want %s", a.PodNetwork, launcherapi.PodNetworkKubeVirtTap)
+	}
 	// The pod's sidecar count reaches the launcher, which waits for them.
 	f.HookSidecars = 2
-	if a, _ := launcherapi.ParseArgs(f.launcherArgs("/x/vmi.json", ""), launcherapi.DefaultArgs(), io.Discard); a.HookSidecars != 2 {
+	if a, _ := launcherapi.ParseArgs(f.launcherArgs("/x/vmi.json", "", ""), launcherapi.DefaultArgs(), io.Discard); a.HookSidecars != 2 {
 		t.Fatalf("--hook-sidecars 2: launcher's %d", a.HookSidecars)
 	}
 	f.AllowEmulation = true
-	if a, _ := launcherapi.ParseArgs(f.launcherArgs("/x/vmi.json", ""), launcherapi.DefaultArgs(), io.Discard); a.Accel != launcherapi.AccelAuto {
+	if a, _ := launcherapi.ParseArgs(f.launcherArgs("/x/vmi.json", "", ""), launcherapi.DefaultArgs(), io.Discard); a.Accel != launcherapi.AccelAuto {
 		t.Fatalf("--allow-emulation: accel %q, want auto", a.Accel)
 	}
 }

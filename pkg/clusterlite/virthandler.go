@@ -261,3 +261,13 @@ func RemoveNodeLeftovers(ctx context.Context, label string, log *slog.Logger) er
 	}
 	return nil
 }
+
+// HandlerManifestArgs are kubevirt-manifests' flags for a stack with
+// KubeVirt's own virt-handler: the KubeVirt CR's Root feature gate.
+// Launchers then run as root, so virt-handler's phase-1 network setup
+// makes the pod's tap0 owned by root (LibvirtUserAndGroupId) instead of
+// 107, the user of a non-root launcher (pkg/network/setup/netconf.go).
+// The node agent runs compute as the image's root without CAP_NET_ADMIN
+// (runAsUser is not honoured yet), and the kernel lets only the tap's
+// owner, or CAP_NET_ADMIN, attach to a tap device.
+func HandlerManifestArgs() []string { return []string{"--feature-gates", "Root"} }

@@ -54,6 +54,10 @@ type DomainOptions struct {
 	// DataVolumeTemplates are the VM's; a dataVolume volume naming one is
 	// imported into ClaimDir first when its claim has no disk image yet.
 	DataVolumeTemplates []v1.DataVolumeTemplateSpec
+	// Tap, when set, plugs the pod network's interface into the tap
+	// device KubeVirt's virt-handler made in the pod (--pod-network
+	// kubevirt-tap) instead of QEMU's user-mode network.
+	Tap *TapNIC
 }
 
 // Conversion is a VMI turned into a domain, with what the launcher should
@@ -105,7 +109,7 @@ func Convert(ctx context.Context, vmi *v1.VirtualMachineInstance, opts DomainOpt
 	if err := setMachine(dom, &vmi.Spec, opts.Accel, &conv.Notes); err != nil {
 		return nil, err
 	}
-	ports, err := setInterfaces(dom, &vmi.Spec, opts.HostPort)
+	ports, err := setInterfaces(dom, &vmi.Spec, opts.HostPort, opts.Tap)
 	if err != nil {
 		return nil, err
 	}

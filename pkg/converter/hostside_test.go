@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -94,5 +95,42 @@ func TestAbsoluteImageFolder(t *testing.T) {
 	got, err := s.File("example.com/k:1", "/boot/vmlinuz")
 	if err != nil || got != filepath.Join(elsewhere, "boot", "vmlinuz") {
 		t.Fatalf("File = %q, %v; want the file under the absolute folder", got, err)
+	}
+}
+
+// TestTapNICIsKubeVirtsEthernetInterface: with virt-handler's tap0 in the
+// pod, a masquerade interface is KubeVirt's ethernet one, managed='no' on
+// tap0 with eth0's MTU and MAC, no user-mode netdev and no port forward
+// (virt-handler's NAT rules forward the ports); a MAC in the VMI wins.
+func TestTapNICIsKubeVirtsEthernetInterface(t *testing.T) {
+	images, _ := testImages(t)
+	vmi := baseVMI()
+	vmi.Spec.Domain.Devices.Interfaces = []v1.Interface{{Name: "default", InterfaceBindingMethod: v1.InterfaceBindingMethod{Masquerade: &v1.InterfaceMasquerade{}}, Ports: []v1.Port{{Port: 22}}}}
+	vmi.Spec.Networks = []v1.Network{*v1.DefaultPodNetwork()}
+	tap := &TapNIC{Device: "tap0", MTU: 1450, MAC: "0a:58:0a:f4:00:02"}
+	conv, err := Convert(context.Background(), vmi, DomainOptions{Accel: AccelTCG, Images: images, DryRun: true, Tap: tap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	xml, err := conv.Domain.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`<interface type="ethernet">`, `<target dev="tap0" managed="no">`, `<mtu size="1450">`,
+		`<mac address="0a:58:0a:f4:00:02">`, `<model type="virtio-non-transitional">`, `<alias name="ua-default">`, `<rom enabled="no">`} {
+		if !strings.Contains(xml, want) {
+			t.Errorf("domain lacks %s:\n%s", want, xml)
+		}
+	}
+	if strings.Contains(xml, "netdev") || strings.Contains(xml, "type=\"user\"") || len(conv.Ports) != 0 {
+		t.Errorf("a tap NIC with a user-mode netdev or forwards (ports %+v):\n%s", conv.Ports, xml)
+	}
+	vmi.Spec.Domain.Devices.Interfaces[0].MacAddress = "02:00:00:00:00:07"
+	conv, err = Convert(context.Background(), vmi, DomainOptions{Accel: AccelTCG, Images: images, DryRun: true, Tap: tap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := conv.Domain.Devices.Interfaces[0].MAC; m == nil || m.Address != "02:00:00:00:00:07" {
+		t.Fatalf("the VMI's MAC address: %+v", m)
 	}
 }

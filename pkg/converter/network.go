@@ -26,8 +26,10 @@ import (
 // takes fd10:0:2::2 statically, as KubeVirt's cloud images configure it).
 // Like KubeVirt, virtio NICs are virtio-non-transitional (or transitional
 // when useVirtioTransitional is set), carry the alias ua-NAME and have no
-// option ROM.
-func setInterfaces(dom *libvirtxml.Domain, spec *v1.VirtualMachineInstanceSpec, hostPort func(string, int) (int, error)) ([]launcherapi.PortForward, error) {
+// option ROM. With tap set (a pod whose network virt-handler set up), the
+// interface is instead the ethernet one KubeVirt's launcher renders
+// (tapNIC), and ports are virt-handler's NAT rules, not forwards of ours.
+func setInterfaces(dom *libvirtxml.Domain, spec *v1.VirtualMachineInstanceSpec, hostPort func(string, int) (int, error), tap *TapNIC) ([]launcherapi.PortForward, error) {
 	if hostPort == nil {
 		hostPort = freeLoopbackPort
 	}
@@ -52,6 +54,10 @@ func setInterfaces(dom *libvirtxml.Domain, spec *v1.VirtualMachineInstanceSpec, 
 			return nil, err
 		}
 		used[n.Name] = true
+		if tap != nil {
+			dom.Devices.Interfaces = append(dom.Devices.Interfaces, tapNIC(iface, model, *tap))
+			continue
+		}
 		if len(iface.Ports) == 0 && iface.Masquerade == nil {
 			dom.Devices.Interfaces = append(dom.Devices.Interfaces, userNIC(iface, model))
 			continue
@@ -127,6 +133,43 @@ func userNIC(iface v1.Interface, model string) libvirtxml.DomainInterface {
 	}
 	if iface.MacAddress != "" {
 		nic.MAC = &libvirtxml.DomainInterfaceMAC{Address: iface.MacAddress}
+	}
+	return nic
+}
+
+// TapNIC is the pod's side of a network virt-handler set up: the tap
+// device its phase 1 made (tap0 for the pod network) and the pod's eth0,
+// whose MTU and MAC address KubeVirt's launcher gives the guest's NIC.
+type TapNIC struct {
+	// Device is the tap device's name.
+	Device string
+	// MTU is eth0's; 0 leaves it to libvirt.
+	MTU int
+	// MAC is eth0's address, used when the VMI's interface names none.
+	MAC string
+}
+
+// tapNIC is the interface KubeVirt v1.6.0's launcher renders for the
+// bridge and masquerade bindings (its converter's ethernet type, then its
+// TapLibvirtSpecGenerator): type ethernet on the existing tap device,
+// managed='no' (libvirt opens it and creates nothing), eth0's MTU, the
+// VMI's MAC address or else eth0's.
+func tapNIC(iface v1.Interface, model string, tap TapNIC) libvirtxml.DomainInterface {
+	nic := libvirtxml.DomainInterface{
+		Source: &libvirtxml.DomainInterfaceSource{Ethernet: &libvirtxml.DomainInterfaceSourceEthernet{}},
+		Target: &libvirtxml.DomainInterfaceTarget{Dev: tap.Device, Managed: "no"},
+		Model:  &libvirtxml.DomainInterfaceModel{Type: model},
+		Alias:  &libvirtxml.DomainAlias{Name: "ua-" + iface.Name},
+		ROM:    &libvirtxml.DomainROM{Enabled: "no"},
+	}
+	if tap.MTU > 0 {
+		nic.MTU = &libvirtxml.DomainInterfaceMTU{Size: uint(tap.MTU)}
+	}
+	switch {
+	case iface.MacAddress != "":
+		nic.MAC = &libvirtxml.DomainInterfaceMAC{Address: iface.MacAddress}
+	case tap.MAC != "":
+		nic.MAC = &libvirtxml.DomainInterfaceMAC{Address: tap.MAC}
 	}
 	return nic
 }

@@ -19,6 +19,18 @@ const (
 	AccelTCG  = "tcg"
 )
 
+// Values of --pod-network.
+const (
+	// PodNetworkUser is QEMU's user-mode network, the default: the
+	// launcher alone, with no pod network set up beside it.
+	PodNetworkUser = "user"
+	// PodNetworkKubeVirtTap plugs the pod network's interface into the
+	// tap device KubeVirt's virt-handler made in the pod's network
+	// namespace (tap0 for the masquerade and bridge bindings), as
+	// KubeVirt's launcher does: libvirt's ethernet interface, managed='no'.
+	PodNetworkKubeVirtTap = "kubevirt-tap"
+)
+
 // Values of --event-format.
 const (
 	FormatJSON = "json"
@@ -59,6 +71,9 @@ type Args struct {
 	ContainerDiskDir string
 	// ConsoleLog is the guest's serial console file.
 	ConsoleLog string
+	// PodNetwork is how the pod network's interface is plugged in: user
+	// (empty: the default) or kubevirt-tap.
+	PodNetwork string
 	// ReadyMarker is the console text that means the guest is ready.
 	ReadyMarker string
 	// StartTimeout is the QEMU start timeout; a runner that has drawn it
@@ -104,6 +119,7 @@ type Args struct {
 func DefaultArgs() Args {
 	return Args{
 		Accel:        AccelAuto,
+		PodNetwork:   PodNetworkUser,
 		RuntimeDir:   DefaultRuntimeDir,
 		CacheDir:     DefaultCacheDir,
 		ReadyMarker:  DefaultReadyMarker,
@@ -130,6 +146,7 @@ func (a Args) Build() []string {
 	str("--image-dir", a.ImageDir)
 	str("--container-disk-dir", a.ContainerDiskDir)
 	str("--console-log", a.ConsoleLog)
+	str("--pod-network", a.PodNetwork)
 	str("--ready-marker", a.ReadyMarker)
 	if a.StartTimeout != (StartTimeout{}) {
 		out = append(out, "--qemu-timeout", FormatDuration(a.StartTimeout.Base),
@@ -188,6 +205,7 @@ func (a *Args) FlagSet(out io.Writer) *pflag.FlagSet {
 	fs.StringVar(&a.CacheDir, "cache-dir", a.CacheDir, "QEMU capability cache shared between launches (empty: no cache)")
 	fs.StringVar(&a.ImageDir, "image-dir", a.ImageDir, "image folder resolving containerDisk and kernelBoot container images (its images.json lists them)")
 	fs.StringVar(&a.ContainerDiskDir, "container-disk-dir", a.ContainerDiskDir, "KubeVirt mode: the launcher pod's container-disks folder, where virt-handler bind-mounts containerDisk volume N as disk_N.img and the kernel-boot files under kernel-boot/; a file found there is used instead of the image folder's")
+	fs.StringVar(&a.PodNetwork, "pod-network", a.PodNetwork, "how the pod network's interface is plugged in: user (QEMU's user-mode network) or kubevirt-tap (the tap0 KubeVirt's virt-handler made in the pod's network namespace, as KubeVirt's launcher plugs it)")
 	fs.StringVar(&a.ConsoleLog, "console-log", a.ConsoleLog, "file the serial console is written to (default "+DefaultConsoleDir+"/<namespace>_<name>_<uid>.console.log)")
 	fs.StringVar(&a.ReadyMarker, "ready-marker", a.ReadyMarker, "console text that means the guest is ready (GuestReady event); empty disables")
 	fs.DurationVar(&a.StartTimeout.Base, "qemu-timeout", a.StartTimeout.Base, "base of the QEMU start timeout")
@@ -242,6 +260,11 @@ func (a Args) Validate() error {
 	case AccelAuto, AccelKVM, AccelTCG:
 	default:
 		return fmt.Errorf("--accel: unknown accelerator %q: allowed values are auto, kvm, tcg", a.Accel)
+	}
+	switch a.PodNetwork {
+	case "", PodNetworkUser, PodNetworkKubeVirtTap:
+	default:
+		return fmt.Errorf("--pod-network: unknown value %q: allowed values are %s, %s", a.PodNetwork, PodNetworkUser, PodNetworkKubeVirtTap)
 	}
 	if err := a.StartTimeout.Validate(); err != nil {
 		return err

@@ -16,7 +16,7 @@ func TestArgsRoundTrip(t *testing.T) {
 	grace := 7 * time.Second
 	in := Args{
 		Manifest: "/x/vmi.json", Accel: AccelTCG, LibvirtURI: "qemu:///system", RuntimeDir: "/r", CacheDir: "/c",
-		ImageDir: "/i", ContainerDiskDir: "/cd", ConsoleLog: "/x/console.log", ReadyMarker: "READY", StartTimeout: FixedStartTimeout(283 * time.Second),
+		ImageDir: "/i", ContainerDiskDir: "/cd", ConsoleLog: "/x/console.log", PodNetwork: PodNetworkKubeVirtTap, ReadyMarker: "READY", StartTimeout: FixedStartTimeout(283 * time.Second),
 		GracePeriod: &grace, Seed: 1<<63 + 5, Attempt: 4, EventFormat: FormatText, LogLevel: "debug",
 		SimulateCrash: true, DryRun: true, Faults: []string{"qemu-hang", "qemu-kill=50%2*after=1s"}, ClaimDir: "/claims",
 		Instancetypes: t.TempDir(), HookSidecars: 2,

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -283,7 +284,11 @@ func (p *Prepared) prepare(ctx context.Context, vmi *v1.VirtualMachineInstance, 
 			return launcherapi.ExitInternal, false
 		}
 	}
-	conv, err := converter.Convert(ctx, vmi, converter.DomainOptions{Accel: accel, Images: images, ContainerDiskDir: a.ContainerDiskDir, ConsoleLog: consoleLog, ScratchDir: p.Plan.Scratch, ClaimDir: a.ClaimDir, DryRun: a.DryRun, DataVolumeTemplates: dataVolumes})
+	var conv *converter.Conversion
+	tap, err := podTap(a.PodNetwork)
+	if err == nil {
+		conv, err = converter.Convert(ctx, vmi, converter.DomainOptions{Accel: accel, Images: images, ContainerDiskDir: a.ContainerDiskDir, ConsoleLog: consoleLog, ScratchDir: p.Plan.Scratch, ClaimDir: a.ClaimDir, DryRun: a.DryRun, DataVolumeTemplates: dataVolumes, Tap: tap})
+	}
 	if err != nil {
 		if images == nil {
 			fmt.Fprintf(stderr, "virt-launcher: %s: %v (image folder %s: not readable; build it with `make images` or pass --image-dir)\n", p.Plan.Input, err, a.ImageDir)
@@ -393,4 +398,29 @@ func diskNames(vmi *v1.VirtualMachineInstance) []string {
 		names = append(names, d.Name)
 	}
 	return names
+}
+
+// The pod's interfaces under KubeVirt's virt-handler: the tap device its
+// phase 1 makes for the pod network (GenerateTapDeviceName of eth0) and
+// the pod's own interface.
+const (
+	podTapDevice = "tap0"
+	podInterface = "eth0"
+)
+
+// podTap is the converter's tap for --pod-network kubevirt-tap (nil for
+// user): tap0 must exist in this network namespace, and eth0's MTU and
+// MAC address go to the guest's NIC, as KubeVirt's launcher reads them.
+func podTap(mode string) (*converter.TapNIC, error) {
+	if mode != launcherapi.PodNetworkKubeVirtTap {
+		return nil, nil
+	}
+	if _, err := net.InterfaceByName(podTapDevice); err != nil {
+		return nil, fmt.Errorf("--pod-network %s: no %s in the pod's network namespace (virt-handler makes it before it syncs the VMI): %w", mode, podTapDevice, err)
+	}
+	eth, err := net.InterfaceByName(podInterface)
+	if err != nil {
+		return nil, fmt.Errorf("--pod-network %s: the pod's %s: %w", mode, podInterface, err)
+	}
+	return &converter.TapNIC{Device: podTapDevice, MTU: eth.MTU, MAC: eth.HardwareAddr.String()}, nil
 }

@@ -102,6 +102,7 @@ type container struct {
 	res    launchrt.Resources // the compute container's resources
 	layout *podLayout         // the pod's command and volumes, in KubeVirt mode
 	pod    *k8sv1.Pod         // the pod as bound, in kubelet-only mode
+	podIP  string             // the pod's address on the pod network, in kubelet-only mode
 
 	mu        sync.Mutex
 	startedAt time.Time         // when the container started (pod Running)
@@ -127,13 +128,15 @@ type snapshot struct {
 	// (empty: derived from ExitCode).
 	Reason, Message string
 	EndedAt         time.Time
+	// PodIP is the pod's address on the pod network (empty: none).
+	PodIP string
 }
 
 func (c *container) snapshot() snapshot {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return snapshot{StartedAt: c.startedAt, Launched: c.run != nil, Running: c.running, Final: c.final,
-		Exited: c.exited, ExitCode: c.exit.Code, Reason: c.exit.Reason, Message: c.exit.Message, EndedAt: c.endedAt}
+		Exited: c.exited, ExitCode: c.exit.Code, Reason: c.exit.Reason, Message: c.exit.Message, EndedAt: c.endedAt, PodIP: c.podIP}
 }
 
 // launcherManifest is the VMI as our virt-launcher reads it: identity,

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	k8sv1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/launchrt"
@@ -43,6 +45,10 @@ type KubeletMode struct {
 	ImageDir string
 	// CacheDir is the compute containers' shared QEMU capability cache.
 	CacheDir string
+	// Network, when set, gives every pod an eth0 on the pod network and
+	// its address as status.podIP (SetupNetwork makes its bridge first);
+	// nil leaves the sandbox with lo only.
+	Network *PodNetwork
 
 	mu       sync.Mutex
 	imported []string // images pull imported, which RemoveImported removes
@@ -70,7 +76,10 @@ type kubeletPod struct {
 	// computeName is compute's container name.
 	computeName string
 	others      []launchrt.Launcher
-	done        chan struct{}
+	// podIP is the pod's address on the pod network (invalid without one).
+	podIP netip.Addr
+	uid   types.UID
+	done  chan struct{}
 }
 
 // sandboxName is the pod's sandbox container, in kubelet's form.
@@ -120,6 +129,9 @@ func (c *container) launchKubelet(ctx context.Context, cfg *Config, procs Runtim
 	// running stays false for a compute that ended before podman showed
 	// the pod's containers running: the pod then goes from Pending to
 	// Failed, never Running, as under kubelet.
+	if k.podIP.IsValid() {
+		c.podIP = k.podIP.String()
+	}
 	c.run, c.running = k, k.waitRunning(ctx)
 	go c.watch(cfg.Logger, out, events, notify)
 	return nil
@@ -130,7 +142,7 @@ func (c *container) launchKubelet(ctx context.Context, cfg *Config, procs Runtim
 func startKubeletPod(ctx context.Context, cfg *Config, procs Runtime, pod *k8sv1.Pod, logDir string) (_ *kubeletPod, err error) {
 	m := cfg.Kubelet
 	begin := time.Now()
-	k := &kubeletPod{mode: m, log: cfg.Logger, done: make(chan struct{})}
+	k := &kubeletPod{mode: m, log: cfg.Logger, uid: pod.UID, done: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			k.removeAll()
@@ -168,6 +180,9 @@ func startKubeletPod(ctx context.Context, cfg *Config, procs Runtime, pod *k8sv1
 		return nil, fmt.Errorf("the pod's sandbox: %w", err)
 	}
 	netns := "/proc/" + pid + "/ns/net" // the node namespace's /proc
+	if err := k.attachNetwork(ctx, pod, pid); err != nil {
+		return nil, err
+	}
 	for _, ctr := range pod.Spec.InitContainers {
 		if ctr.RestartPolicy != nil && *ctr.RestartPolicy == k8sv1.ContainerRestartPolicyAlways {
 			continue // a sidecar: started with the containers
@@ -219,6 +234,22 @@ func startKubeletPod(ctx context.Context, cfg *Config, procs Runtime, pod *k8sv1
 	cfg.Logger.Info("launcher pod started as a pod", "pod", pod.Namespace+"/"+pod.Name, "containers", k.names[1:], "after", time.Since(begin).Round(time.Millisecond))
 	go k.watch()
 	return k, nil
+}
+
+// attachNetwork is kubelet's CNI ADD, when there is a pod network: the
+// sandbox's eth0 (its node-namespace PID) before any container starts.
+func (k *kubeletPod) attachNetwork(ctx context.Context, pod *k8sv1.Pod, pid string) error {
+	if k.mode.Network == nil {
+		return nil
+	}
+	begin := time.Now()
+	a, err := k.mode.Network.attach(ctx, k.mode.run, pod.UID, pid)
+	if err != nil {
+		return err
+	}
+	k.podIP = a
+	k.log.Info("pod network attached", "pod", pod.Namespace+"/"+pod.Name, "podIP", a, "after", time.Since(begin).Round(time.Millisecond))
+	return nil
 }
 
 // podLabels are the podman flags every container of the pod gets: the
@@ -440,6 +471,30 @@ func (k *kubeletPod) removeAll() {
 	if out, err := k.mode.run(ctx, append([]string{"podman", "rm", "--force", "--ignore", "--time", "0"}, k.names...)...); err != nil {
 		k.log.Error("removing the pod's containers", "containers", k.names, "err", err, "out", out)
 	}
+	if k.mode.Network != nil {
+		// kubelet's CNI DEL, after the sandbox (whose namespace takes
+		// the veth pair with it): the address is free again.
+		if err := k.mode.Network.detach(ctx, k.mode.run, k.uid); err != nil {
+			k.log.Error("removing the pod's network", "err", err)
+		}
+	}
+}
+
+// SetupNetwork makes the pod network's bridge, when there is a Network.
+func (m *KubeletMode) SetupNetwork(ctx context.Context) error {
+	if m == nil || m.Network == nil {
+		return nil
+	}
+	return m.Network.setup(ctx, m.run)
+}
+
+// RemoveNetwork removes the pod network's bridge and any pod veth left on
+// it, when there is a Network; the node's containers are removed first.
+func (m *KubeletMode) RemoveNetwork(ctx context.Context) error {
+	if m == nil || m.Network == nil {
+		return nil
+	}
+	return m.Network.teardown(ctx, m.run)
 }
 
 func (k *kubeletPod) ID() string            { return k.compute.ID() }

@@ -158,6 +158,9 @@ func podStatus(pod *k8sv1.Pod, s snapshot, hostIP string) k8sv1.PodStatus {
 	st.StartTime = &started
 	st.HostIP = hostIP
 	st.HostIPs = []k8sv1.HostIP{{IP: hostIP}}
+	if s.PodIP != "" {
+		st.PodIP, st.PodIPs = s.PodIP, []k8sv1.PodIP{{IP: s.PodIP}}
+	}
 	running := !s.Exited
 	ready := k8sv1.ConditionFalse
 	if running {
@@ -222,7 +225,7 @@ func podStatus(pod *k8sv1.Pod, s snapshot, hostIP string) k8sv1.PodStatus {
 // reportPod writes the pod status for s, unless the pod already shows it.
 func (a *Agent) reportPod(ctx context.Context, pod *k8sv1.Pod, s snapshot) error {
 	want := podStatus(pod, s, "127.0.0.1")
-	if pod.Status.Phase == want.Phase && computeState(pod.Status) == computeState(want) {
+	if pod.Status.Phase == want.Phase && computeState(pod.Status) == computeState(want) && pod.Status.PodIP == want.PodIP {
 		return nil
 	}
 	if pod.Status.Phase == k8sv1.PodSucceeded || pod.Status.Phase == k8sv1.PodFailed {
