@@ -22,7 +22,7 @@ import (
 // covered lists the catalog faults that this file exercises; a spec
 // checks it against the catalog so that a new fault needs a test.
 var covered = []string{"launcher-crash", "libvirt-error", "qemu-hang", "qemu-slow-start", "qemu-kill",
-	"qemu-bad-config", "guest-panic", "guest-poweroff", "guest-noready", "disk-io-error"}
+	"qemu-bad-config", "guest-panic", "guest-poweroff", "guest-noready", "disk-io-error", "launcher-socket-unresponsive"}
 
 // expectFinal checks the final event and the exit code.
 func expectFinal(r *Run, phase, reason string, code int) launcherapi.Event {
@@ -162,6 +162,16 @@ var _ = Describe("the fault catalog", func() {
 		expectFinal(r, "Succeeded", "Stopped", 0)
 		_, ready := r.Find(launcherapi.EventGuestReady)
 		Expect(ready).To(BeFalse())
+	})
+
+	It("launcher-socket-unresponsive: the launcher alone has no command socket, so it notes the fault and runs the VMI as without it", func() {
+		r := Start(VMISpec{}, "--fault", "launcher-socket-unresponsive=after=1s,for=1m", "--fault", "guest-poweroff=after=1s")
+		expectFinal(r, "Succeeded", "GuestShutdown", 0)
+		sched, _ := r.Find(launcherapi.EventScheduled)
+		Expect(scheduled(sched).Faults).To(ContainElement(HaveField("Fault", "launcher-socket-unresponsive")), "the decision is reported")
+		_, firedHere := r.Find(launcherapi.EventFaultFired)
+		Expect(firedHere).To(BeFalse(), "only the KubeVirt-mode monitor acts on it")
+		Expect(r.Log()).To(ContainSubstring("which virt-launcher-monitor serves; this launcher has none"))
 	})
 
 	It("disk-io-error: the guest sees EIO on its disk", func() {

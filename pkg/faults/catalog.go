@@ -30,6 +30,11 @@ const (
 	PointAfterStart Point = "after-start"
 	// PointAfterRunning is once the VMI has been reported Running.
 	PointAfterRunning Point = "after-running"
+	// PointCommandSocket is the launcher pod's command socket in KubeVirt
+	// mode, from Running on. virt-launcher-monitor serves that socket and
+	// applies the faults placed here; the launcher itself has no socket
+	// and leaves them to it.
+	PointCommandSocket Point = "command-socket"
 )
 
 // ExitNone marks an outcome where the launcher does not exit because of
@@ -229,6 +234,20 @@ var catalog = []Definition{
 			}, PointBuildDomain
 		},
 	},
+	{
+		Name:   "launcher-socket-unresponsive",
+		ActsAt: "KubeVirt mode: the pod's command socket, from Running (virt-launcher-monitor)",
+		Description: "The launcher pod's command server stops `after` Running: its listener and connections close, the socket file stays, " +
+			"so dials are refused, as virt-handler's stale-socket watchdog tests; it listens again `for` later. The launcher alone, without a socket, only notes it.",
+		Params: []Param{
+			{Name: "after", Type: "duration", Default: "0s", Doc: "time from Running to the socket's close", kind: durationKind{}, def: time.Duration(0)},
+			{Name: "for", Type: "duration", Required: true, Doc: "how long the socket refuses dials", kind: durationKind{}},
+		},
+		Outcomes: []Outcome{{When: "the domain", Phase: launcherapi.PhaseRunning, Exit: ExitNone}},
+		action: func(s Spec, d time.Duration) (Action, Point) {
+			return LauncherSocketUnresponsive{After: d, For: s.params["for"].(time.Duration)}, PointCommandSocket
+		},
+	},
 }
 
 // modifiers are the parameters every fault takes besides its own.
@@ -378,6 +397,13 @@ type DiskIOError struct {
 	Delay time.Duration
 }
 
+// LauncherSocketUnresponsive: After Running, the pod's command socket
+// refuses dials For that long (KubeVirt mode's monitor applies it).
+type LauncherSocketUnresponsive struct {
+	After time.Duration // after + delay, from Running
+	For   time.Duration
+}
+
 // FaultName implements Action.
 func (LauncherCrash) FaultName() string { return "launcher-crash" }
 
@@ -407,6 +433,9 @@ func (GuestNoReady) FaultName() string { return "guest-noready" }
 
 // FaultName implements Action.
 func (DiskIOError) FaultName() string { return "disk-io-error" }
+
+// FaultName implements Action.
+func (LauncherSocketUnresponsive) FaultName() string { return "launcher-socket-unresponsive" }
 
 // KernelArg is the guest command-line directive: harness.panic=N.
 func (g GuestPanic) KernelArg() string { return fmt.Sprintf("harness.panic=%d", g.After/time.Second) }

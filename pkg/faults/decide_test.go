@@ -2,6 +2,7 @@ package faults
 
 import (
 	"encoding/json"
+	"errors"
 	"math"
 	"reflect"
 	"slices"
@@ -174,8 +175,14 @@ func TestDelays(t *testing.T) {
 func TestEveryFaultHasATypedAction(t *testing.T) {
 	for _, def := range Catalog() {
 		term := def.Name
-		if def.Name == "qemu-slow-start" {
-			term += "=after=1s"
+		var required []string
+		for _, p := range def.Params {
+			if p.Required {
+				required = append(required, p.Name+"=1s")
+			}
+		}
+		if len(required) > 0 {
+			term += "=" + strings.Join(required, ",")
 		}
 		d := mustParse(t, term).Decide(DecideInput{Key: "ns/vm", Attempt: 1})
 		x, ok := d.Get(def.Name)
@@ -210,5 +217,23 @@ func TestSummaries(t *testing.T) {
 	}
 	if b, _ := json.Marshal(Decisions(nil).Summary()); string(b) != "[]" {
 		t.Errorf("no decisions JSON = %s", b)
+	}
+}
+
+func TestSocketFaultActsAtTheCommandSocketFromRunning(t *testing.T) {
+	d := mustParse(t, "launcher-socket-unresponsive=after=5s,for=1m,delay=1s").Decide(DecideInput{Key: "ns/vm", Attempt: 1})
+	x, ok := d.Get("launcher-socket-unresponsive")
+	if !ok || x.Point != PointCommandSocket {
+		t.Fatalf("decision %+v, want one at %s", x, PointCommandSocket)
+	}
+	a, _ := Find[LauncherSocketUnresponsive](d)
+	if a.After != 6*time.Second || a.For != time.Minute {
+		t.Errorf("action %+v, want After 6s (after+delay), For 1m", a)
+	}
+	if got := d.At(PointCommandSocket); len(got) != 1 {
+		t.Errorf("At(command-socket) = %v", got)
+	}
+	if _, err := Parse(nil, []string{"launcher-socket-unresponsive=after=5s"}); !errors.Is(err, ErrMissingParam) {
+		t.Errorf("without for: %v, want ErrMissingParam", err)
 	}
 }

@@ -46,7 +46,8 @@
 //
 // For faults without an `after` parameter, delay is how long the launcher
 // waits at the fault's lifecycle point before acting. For faults with `after`
-// (qemu-slow-start, qemu-kill, guest-panic, guest-poweroff), delay is added
+// (qemu-slow-start, qemu-kill, guest-panic, guest-poweroff,
+// launcher-socket-unresponsive), delay is added
 // to after: the typed action carries after+delay as After, and the launcher
 // waits only once. guest-panic and guest-poweroff count inside the guest in
 // whole seconds, so their after and delay must be whole seconds.
@@ -86,4 +87,7 @@
 //	disk-io-error    disk=<name> (first disk)               domain XML (blkdebug),       stays Running; guest prints
 //	                 op=read|write|all (read)               guest: harness.readdisk      HARNESS-DISK-READ-ERROR
 //	                 errno=5|22|28, or EIO|EINVAL|ENOSPC (5)
+//	launcher-socket-unresponsive after=<duration> (0s), for=<duration> (required)
+//	                 acts at the pod's command socket from Running (KubeVirt mode's monitor); stays Running,
+//	                 virt-handler's dials refused for `for`
 package faults

@@ -19,6 +19,7 @@ func FuzzParse(f *testing.F) {
 		{"launcher-crash", "at=after-running", "launcher-crash=12.5%at=before-define"},
 		{"libvirt-error", "0%at=define", "libvirt-error"},
 		{"qemu-slow-start", "after=1m30s", "qemu-slow-start=after=0.5s,delay=1ms"},
+		{"launcher-socket-unresponsive", "after=10s,for=1m", "launcher-socket-unresponsive=2*for=45s"},
 		{"qemu-kil", "150%", "nope"},
 		{"qemu-kill", "2*30%", "qemu-kill=signal"},
 		{"qemu-hang", "attempts=3-1,4-", "qemu-hang=attempts=2,4-5,9"},

@@ -22,6 +22,11 @@ import (
 func HooksFor(dec faults.Decisions) (Hooks, error) {
 	var hs Hooks
 	for _, d := range dec {
+		if d.Point == faults.PointCommandSocket {
+			// The pod's monitor serves the command socket and applies
+			// these (kubevirtmode/monitor); Launch notes them.
+			continue
+		}
 		h := hookFor(d)
 		if h == nil {
 			return Hooks{}, fmt.Errorf("fault %s: the launcher does not know where it acts", d.Fault)

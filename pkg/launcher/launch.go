@@ -47,6 +47,10 @@ func Launch(ctx context.Context, p launchplan.RunPlan, stdout, stderr io.Writer)
 		return launcherapi.ExitInternal
 	}
 	d := draw(p)
+	for _, x := range d.decisions.At(faults.PointCommandSocket) {
+		log.Info("fault "+x.Fault+" acts on a KubeVirt-mode pod's command socket, which virt-launcher-monitor serves; this launcher has none, so it only notes it",
+			"fault", x.Spec.String())
+	}
 	hooks, err := HooksFor(d.decisions)
 	if err == nil {
 		d.dom = &DomainEdit{Domain: dom, Scratch: p.Scratch}
