@@ -66,8 +66,9 @@ func manifestFor(vmi *v1.VirtualMachineInstance) ([]byte, error) {
 }
 
 // launcherArgs is our launcher's command line for one start; podNetwork
-// is its --pod-network (podNetwork()).
-func (f Flags) launcherArgs(manifest, consoleLog, podNetwork string) []string {
+// is its --pod-network (podNetwork()), seed its --seed: the pod's, which
+// the monitor decides its own faults with too (socketfault.go).
+func (f Flags) launcherArgs(manifest, consoleLog, podNetwork string, seed launcherapi.Seed) []string {
 	grace := childGrace
 	a := launcherapi.Args{
 		Manifest: manifest,
@@ -83,6 +84,7 @@ func (f Flags) launcherArgs(manifest, consoleLog, podNetwork string) []string {
 		LogLevel:         f.LogLevel,
 		HookSidecars:     f.HookSidecars,
 		PodNetwork:       podNetwork,
+		Seed:             seed,
 	}
 	if f.AllowEmulation {
 		a.Accel = launcherapi.AccelAuto
@@ -111,7 +113,7 @@ func podNetwork() string {
 // stdout is read line by line into events; its exit status comes from the
 // monitor's reaper (reap), not from exec.Cmd.Wait, because the monitor is
 // PID 1 of the compute container and reaps every orphan too.
-func startChild(f Flags, vmi *v1.VirtualMachineInstance, dir string, stderr io.Writer) (*child, error) {
+func startChild(f Flags, seed launcherapi.Seed, vmi *v1.VirtualMachineInstance, dir string, stderr io.Writer) (*child, error) {
 	data, err := manifestFor(vmi)
 	if err != nil {
 		return nil, err
@@ -123,7 +125,7 @@ func startChild(f Flags, vmi *v1.VirtualMachineInstance, dir string, stderr io.W
 	if err := os.WriteFile(ld.Manifest(), data, 0o644); err != nil {
 		return nil, fmt.Errorf("writing the VMI for the launcher: %w", err)
 	}
-	cmd := exec.Command(f.Launcher, f.launcherArgs(ld.Manifest(), filepath.Join(dir, launcherapi.ConsoleFile), podNetwork())...)
+	cmd := exec.Command(f.Launcher, f.launcherArgs(ld.Manifest(), filepath.Join(dir, launcherapi.ConsoleFile), podNetwork(), seed)...)
 	tail := &lastLine{}
 	cmd.Stderr = io.MultiWriter(stderr, tail)
 	out, err := cmd.StdoutPipe()

@@ -59,13 +59,19 @@ type Monitor struct {
 	deletedCh    chan struct{}
 	// die ends the process at once with a crashed launcher's code.
 	die func(code int)
+	// seed is the pod's: our launcher's --seed, and the draw of the
+	// faults the monitor applies itself.
+	seed launcherapi.Seed
+	// sock is the command socket those faults act on; nil leaves them
+	// undone (a Monitor without a socket, in unit tests).
+	sock socketControl
 }
 
 // New makes the monitor of one pod; dir holds the launch folders.
 func New(f Flags, dir string, log *slog.Logger, stderr io.Writer) *Monitor {
 	return &Monitor{f: f, log: log, stderr: stderr, dir: dir, notify: newNotifier(f.ShareDir, log),
 		children: map[int]*child{}, changed: make(chan struct{}), exit: make(chan int, 1), deletedCh: make(chan struct{}),
-		die: os.Exit}
+		die: os.Exit, seed: launcherapi.PickSeed()}
 }
 
 // broadcast wakes every waiter; call with mu held.
@@ -103,7 +109,7 @@ func (m *Monitor) Sync(ctx context.Context, vmi *v1.VirtualMachineInstance) erro
 	}
 	if m.cur == nil {
 		m.starts++
-		c, err := startChild(m.f, m.vmi, filepath.Join(m.dir, fmt.Sprintf("start-%d", m.starts)), m.stderr)
+		c, err := startChild(m.f, m.seed, m.vmi, filepath.Join(m.dir, fmt.Sprintf("start-%d", m.starts)), m.stderr)
 		if err != nil {
 			m.mu.Unlock()
 			return err
@@ -195,6 +201,9 @@ func (m *Monitor) onEvent(c *child, ev launcherapi.Event) {
 		}
 		m.setState(api.Shutoff, api.ReasonUnknown)
 	case launcherapi.EventRunning:
+		if !m.everRunning {
+			m.startSocketFaults()
+		}
 		m.running, m.everRunning = true, true
 		m.setState(api.Running, api.ReasonUnknown)
 		m.broadcast()

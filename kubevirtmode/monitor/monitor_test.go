@@ -61,7 +61,7 @@ func TestLauncherArgsAskForKVMUnlessEmulationIsAllowed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := launcherapi.ParseArgs(f.launcherArgs("/x/vmi.json", "/x/console.log", launcherapi.PodNetworkKubeVirtTap), launcherapi.DefaultArgs(), io.Discard)
+	a, err := launcherapi.ParseArgs(f.launcherArgs("/x/vmi.json", "/x/console.log", launcherapi.PodNetworkKubeVirtTap, 7), launcherapi.DefaultArgs(), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,13 +77,16 @@ func TestLauncherArgsAskForKVMUnlessEmulationIsAllowed(t *testing.T) {
 	if a.PodNetwork != launcherapi.PodNetworkKubeVirtTap {
 		t.Fatalf("launcher's --pod-network %q, want %s", a.PodNetwork, launcherapi.PodNetworkKubeVirtTap)
 	}
+	if a.Seed != 7 {
+		t.Fatalf("launcher's --seed %v, want the pod's 7 (the monitor's own faults are drawn with it)", a.Seed)
+	}
 	// The pod's sidecar count reaches the launcher, which waits for them.
 	f.HookSidecars = 2
-	if a, _ := launcherapi.ParseArgs(f.launcherArgs("/x/vmi.json", "", ""), launcherapi.DefaultArgs(), io.Discard); a.HookSidecars != 2 {
+	if a, _ := launcherapi.ParseArgs(f.launcherArgs("/x/vmi.json", "", "", 0), launcherapi.DefaultArgs(), io.Discard); a.HookSidecars != 2 {
 		t.Fatalf("--hook-sidecars 2: launcher's %d", a.HookSidecars)
 	}
 	f.AllowEmulation = true
-	if a, _ := launcherapi.ParseArgs(f.launcherArgs("/x/vmi.json", "", ""), launcherapi.DefaultArgs(), io.Discard); a.Accel != launcherapi.AccelAuto {
+	if a, _ := launcherapi.ParseArgs(f.launcherArgs("/x/vmi.json", "", "", 0), launcherapi.DefaultArgs(), io.Discard); a.Accel != launcherapi.AccelAuto {
 		t.Fatalf("--allow-emulation: accel %q, want auto", a.Accel)
 	}
 }

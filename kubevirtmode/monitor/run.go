@@ -16,7 +16,6 @@ import (
 
 	"kubevirt.io/kubevirt/pkg/handler-launcher-com/cmd/info"
 	cmdv1 "kubevirt.io/kubevirt/pkg/handler-launcher-com/cmd/v1"
-	grpcutil "kubevirt.io/kubevirt/pkg/util/net/grpc"
 	cmdclient "kubevirt.io/kubevirt/pkg/virt-handler/cmd-client"
 
 	"github.com/crashloop-harness/crashloop/internal/launchplan"
@@ -47,19 +46,16 @@ func Run(ctx context.Context, f Flags, log *slog.Logger, stderr io.Writer) (int,
 	if err := os.MkdirAll(filepath.Dir(initSock), 0o755); err != nil {
 		return 1, fmt.Errorf("making the socket folder: %w", err)
 	}
-	lis, err := grpcutil.CreateSocket(initSock)
-	if err != nil {
-		return 1, fmt.Errorf("listening on %s: %w", initSock, err)
-	}
-	srv := grpc.NewServer()
-	info.RegisterCmdInfoServer(srv, infoServer{})
-	cmdv1.RegisterCmdServer(srv, &server{m: m})
-	go func() { _ = srv.Serve(lis) }()
+	sock := &cmdSocket{initPath: initSock, readyPath: readySock, log: log, register: func(srv *grpc.Server) {
+		info.RegisterCmdInfoServer(srv, infoServer{})
+		cmdv1.RegisterCmdServer(srv, &server{m: m})
+	}}
+	m.sock = sock
 	m.die = func(code int) {
 		if f.KeepAfterFailure {
 			// cmd/virt-launcher-monitor: the launcher is gone, the
 			// container stays for debugging.
-			srv.Stop()
+			sock.crashed()
 			log.Info("keeping the container alive since --keep-after-failure is set", "exit", code)
 			select {}
 		}
@@ -70,8 +66,8 @@ func Run(ctx context.Context, f Flags, log *slog.Logger, stderr io.Writer) (int,
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 
-	if err := os.Rename(initSock, readySock); err != nil {
-		return 1, fmt.Errorf("marking the launcher ready (%s → %s): %w", initSock, readySock, err)
+	if err := sock.listen(); err != nil {
+		return 1, err
 	}
 	log.Info("marked as ready", "socket", readySock)
 	timer := time.AfterFunc(f.QemuTimeout, m.startTimedOut)
@@ -93,7 +89,7 @@ func Run(ctx context.Context, f Flags, log *slog.Logger, stderr io.Writer) (int,
 			log.Warn("hook sidecars' Shutdown", "err", err)
 		}
 	}
-	stopServer(srv, readySock)
+	sock.close()
 	m.notify.closeWithin(5 * time.Second)
 	return code, nil
 }
@@ -159,7 +155,8 @@ func (m *Monitor) stopOnSignal(sigs <-chan os.Signal) int {
 	}
 }
 
-func stopServer(srv *grpc.Server, sock string) {
+// stopServer stops srv gracefully, or at once after a second.
+func stopServer(srv *grpc.Server) {
 	stopped := make(chan struct{})
 	go func() { srv.GracefulStop(); close(stopped) }()
 	select {
@@ -167,7 +164,6 @@ func stopServer(srv *grpc.Server, sock string) {
 	case <-time.After(time.Second):
 		srv.Stop()
 	}
-	_ = os.Remove(sock)
 }
 
 // reap waits for every child and orphan; our launcher's exit status goes
