@@ -177,6 +177,12 @@ func virtHandlerRules() []FidelityRule {
 				"and deletes it: DeleteDomain waits for the start and undefines the now running domain, then virt-handler's final cleanup unmounts the VMI's containerDisks "+
 				"and closes its notify pipe. The guest runs on and the VMI stays Scheduled, virt-handler retrying its start (\"containerdisk scratch not yet ready\") "+
 				"(kubevirt/kubevirt#17367; a domain resync inside the Sync's 20 s would put Paused/StartingUp in the cache first and avoid it)"),
+		both("H4", "a Running VMI's launcher command socket refusing dials past virt-handler's 30 s stale-socket watchdog (its guest running on)",
+			"the watchdog, dialing every launcher socket of its ghost records every 11 s, warns 33 to 44 s after the first refused dial, pushes a domain "+
+				"with a deletion timestamp into its domain informer and marks the socket launcher-unresponsive for good; the VMI, Running without a domain, is Failed "+
+				"at once (Ready: GuestNotRunning) while its guest still runs, its containerDisks are unmounted, and it stays Failed, its guest still running in the pod, "+
+				"when the socket answers again "+
+				"(kubevirt/kubevirt#17752). Refusals shorter than 30 s change nothing"),
 		both("H5", "a launcher that died before its command socket, its container kept (fail-fast with keep-launcher-alive-after-failure)",
 			"the VMI stays Scheduled while virt-handler looks for the socket every second, and is Failed 3 minutes after its first look "+
 				"(IsLauncherClientUnresponsive: a pod folder without a socket is given 3 minutes to initialize); no Sync is attempted, no new pod"),
