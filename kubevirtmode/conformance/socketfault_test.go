@@ -67,11 +67,10 @@ var _ = Describe("launcher-socket-unresponsive in KubeVirt mode", func() {
 
 	It("leaves the socket alone at 0% (the control)", func() {
 		p := runningPod(podSpec{annotations: map[string]string{faults.AnnotationPrefix + "launcher-socket-unresponsive": "0%for=6s"}})
-		Consistently(func() error { return dial(p.socket()) }).WithTimeout(3*time.Second).WithPolling(100*time.Millisecond).Should(Succeed())
+		Consistently(func() error { return dial(p.socket()) }).WithTimeout(3 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
 		Expect(p.client.Ping()).To(Succeed())
 		Expect(p.client.KillVirtualMachine(p.vmi)).To(Succeed())
 		p.waitState(api.Shutoff, api.ReasonDestroyed, 30*time.Second)
 		p.deleteAndExit()
 	})
 })
-

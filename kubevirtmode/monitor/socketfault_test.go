@@ -157,4 +157,3 @@ func TestSocketFaultDoesNotActWithoutItsAnnotationOrAtZeroPercent(t *testing.T) 
 		}
 	}
 }
-
