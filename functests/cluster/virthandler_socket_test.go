@@ -28,8 +28,9 @@ import (
 // informer and a permanent launcher-unresponsive marker beside it. Our
 // launcher-socket-unresponsive fault stops the pod's command server (its
 // listener and connections closed, the socket file kept), which is what
-// the watchdog tests; the guest runs on. kubevirt/kubevirt#17752 is the
-// upstream report of spurious restarts from an unreachable socket.
+// the watchdog tests; the guest runs on. The watchdog is the same on
+// KubeVirt's main; kubevirt/kubevirt#17752 (release-1.9) changed another
+// path, a socket unreachable when the domain informer re-lists.
 var _ = Describe("KubeVirt's virt-handler and a launcher whose command socket stops answering", Label("virt-handler"), Ordered, func() {
 	var (
 		s  *liteStack
