@@ -113,6 +113,15 @@ func (s *Session) Define(dom *libvirtxml.Domain) (hypervisor.Domain, error) {
 	}
 	out.callback = id
 	d, err := s.conn.DomainDefineXML(xml)
+	if s.Embedded() {
+		// The define is where the driver probes the emulator and writes
+		// its capabilities. Save them now, not only at Close: a launcher
+		// that is SIGKILLed while its VMI runs (virt-handler's Kill, a
+		// pod's end) never reaches Close, and every later launch with the
+		// same cache would probe again (seconds under TCG). Close saves
+		// again and reports a failure; here a failed save costs only that.
+		_ = SaveCapsCache(s.opts.Root, s.opts.CapsCacheDir)
+	}
 	if err != nil {
 		_ = s.conn.DomainEventDeregister(id)
 		return nil, fmt.Errorf("defining domain %s: %w", dom.Name, err)
