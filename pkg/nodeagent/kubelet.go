@@ -172,7 +172,7 @@ func startKubeletPod(ctx context.Context, cfg *Config, procs Runtime, pod *k8sv1
 	sandbox := sandboxName(pod)
 	k.names = append(k.names, sandbox)
 	if _, err := m.run(ctx, append([]string{"podman", "run", "-d", "--rm", "--pull", "never", "--runtime", "runc", "--init",
-		"--network", "none", "--name", sandbox}, append(podLabels(pod, "POD", cfg.NodeName), "--entrypoint", "sleep", compute, "infinity")...)...); err != nil {
+		"--network", "none", "--hostname", podHostname(pod), "--name", sandbox}, append(podLabels(pod, "POD", cfg.NodeName), "--entrypoint", "sleep", compute, "infinity")...)...); err != nil {
 		return nil, fmt.Errorf("the pod's sandbox: %w", err)
 	}
 	pid, err := m.run(ctx, "podman", "inspect", "--format", "{{.State.Pid}}", sandbox)
@@ -187,7 +187,7 @@ func startKubeletPod(ctx context.Context, cfg *Config, procs Runtime, pod *k8sv1
 		if ctr.RestartPolicy != nil && *ctr.RestartPolicy == k8sv1.ContainerRestartPolicyAlways {
 			continue // a sidecar: started with the containers
 		}
-		argv, err := m.runArgs(ctx, cfg.NodeName, pod, ctr, netns)
+		argv, err := m.runArgs(ctx, cfg.NodeName, pod, ctr, netns, k.podIP)
 		if err != nil {
 			return nil, err
 		}
@@ -210,7 +210,7 @@ func startKubeletPod(ctx context.Context, cfg *Config, procs Runtime, pod *k8sv1
 	}
 	k.live = []string{sandbox}
 	for _, ctr := range append(later, pod.Spec.Containers...) {
-		argv, err := m.runArgs(ctx, cfg.NodeName, pod, ctr, netns)
+		argv, err := m.runArgs(ctx, cfg.NodeName, pod, ctr, netns, k.podIP)
 		if err != nil {
 			return nil, err
 		}
@@ -260,11 +260,32 @@ func podLabels(pod *k8sv1.Pod, ctr, node string) []string {
 		"--label", LabelNode + "=" + node, "--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768"}
 }
 
+// podHostname is the hostname kubelet gives every container of the pod:
+// spec.hostname, else the pod's name, at most 63 characters
+// (KubeVirt sets spec.hostname of a launcher pod to the VMI's).
+func podHostname(pod *k8sv1.Pod) string {
+	h := pod.Spec.Hostname
+	if h == "" {
+		h = pod.Name
+	}
+	if len(h) > 63 {
+		h = strings.TrimRight(h[:63], "-.")
+	}
+	return h
+}
+
 // runArgs is the `podman run` command line of one container of the pod,
-// in the pod's network namespace.
-func (m *KubeletMode) runArgs(ctx context.Context, node string, pod *k8sv1.Pod, ctr k8sv1.Container, netns string) ([]string, error) {
+// in the pod's network namespace. As under kubelet, the container has the
+// pod's hostname, and its /etc/hosts maps it to the pod's address (podIP,
+// when the pod has one): a lookup of the own hostname (libvirt makes one
+// at every domain start) is answered there, not by a DNS server that the
+// pod network cannot reach, which costs the DNS timeouts (10 s).
+func (m *KubeletMode) runArgs(ctx context.Context, node string, pod *k8sv1.Pod, ctr k8sv1.Container, netns string, podIP netip.Addr) ([]string, error) {
 	args := []string{"podman", "run", "--rm", "--pull", "never", "--runtime", "runc", "--name", containerName(pod, ctr.Name),
-		"--network", "ns:" + netns}
+		"--network", "ns:" + netns, "--hostname", podHostname(pod)}
+	if podIP.IsValid() {
+		args = append(args, "--add-host", podHostname(pod)+":"+podIP.String())
+	}
 	args = append(args, podLabels(pod, ctr.Name, node)...)
 	if sc := ctr.SecurityContext; sc != nil && sc.Privileged != nil && *sc.Privileged {
 		args = append(args, "--privileged")

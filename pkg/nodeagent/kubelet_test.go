@@ -3,6 +3,7 @@ package nodeagent
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -47,13 +48,15 @@ func TestKubeletRunArgsOfALauncherPodContainer(t *testing.T) {
 	}
 	devs := &fakeDevices{asked: map[string]int{}}
 	m := &KubeletMode{PodsDir: "/k/pods", Devices: devs, ImageDir: "/images", CacheDir: "/cache"}
-	args, err := m.runArgs(context.Background(), "n1", pod, ctr, "/proc/9/ns/net")
+	args, err := m.runArgs(context.Background(), "n1", pod, ctr, "/proc/9/ns/net", netip.MustParseAddr("10.244.0.7"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	line := strings.Join(args, " ")
 	for _, want := range []string{
 		"podman run --rm --pull never --runtime runc --name k8s_compute_virt-launcher-a-x_ns_u1_0 --network ns:/proc/9/ns/net",
+		// kubelet's hostname and hosts entry: the own name resolves without DNS
+		"--hostname virt-launcher-a-x --add-host virt-launcher-a-x:10.244.0.7 ",
 		"-v /k/pods/u1/volumes/kubernetes.io~empty-dir/sockets:/var/run/kubevirt/sockets ",
 		"-v /k/pods/u1/volumes/kubernetes.io~empty-dir/container-disks:/var/run/kubevirt/container-disks:rslave ",
 		"-e A=1 -e POD=virt-launcher-a-x ", "--device /dev/kvm:/dev/kvm:rw",
@@ -74,7 +77,7 @@ func TestKubeletRunArgsOfALauncherPodContainer(t *testing.T) {
 		t.Errorf("Allocate calls %v, want kvm 1", devs.asked)
 	}
 	ctr.Resources.Limits = k8sv1.ResourceList{"devices.kubevirt.io/tun": resource.MustParse("1")}
-	if _, err := m.runArgs(context.Background(), "n1", pod, ctr, "/proc/9/ns/net"); err == nil || !strings.Contains(err.Error(), "container compute: resource devices.kubevirt.io/tun") {
+	if _, err := m.runArgs(context.Background(), "n1", pod, ctr, "/proc/9/ns/net", netip.Addr{}); err == nil || !strings.Contains(err.Error(), "container compute: resource devices.kubevirt.io/tun") {
 		t.Errorf("a resource no plugin serves: err %v", err)
 	}
 }
@@ -98,5 +101,20 @@ func TestImageFolderFromTheIndex(t *testing.T) {
 	}
 	if _, err := imageFolder(t.TempDir(), "x"); err == nil || !strings.Contains(err.Error(), "has no index") {
 		t.Errorf("no index: err %v", err)
+	}
+}
+
+func TestPodHostnameIsKubeletsChoice(t *testing.T) {
+	for _, tc := range []struct {
+		pod  k8sv1.Pod
+		want string
+	}{
+		{k8sv1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "virt-launcher-vm1-abcde"}}, "virt-launcher-vm1-abcde"},
+		{k8sv1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "virt-launcher-vm1-abcde"}, Spec: k8sv1.PodSpec{Hostname: "vm1"}}, "vm1"},
+		{k8sv1.Pod{ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("a", 62) + "-b"}}, strings.Repeat("a", 62)},
+	} {
+		if got := podHostname(&tc.pod); got != tc.want {
+			t.Errorf("pod %q hostname %q: got %q, want %q", tc.pod.Name, tc.pod.Spec.Hostname, got, tc.want)
+		}
 	}
 }
