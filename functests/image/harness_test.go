@@ -43,14 +43,16 @@ func podman(args ...string) (string, error) {
 }
 
 // runArgs is the podman command line of the README: runc (crun refuses
-// this host's hybrid cgroups), explicit rlimits (the sandbox lacks
+// this host's hybrid cgroups), the launcher's stdout and stderr handed to
+// the container as they are (log driver passthrough: no conmon relay whose
+// end races the container's last line, the final event), explicit rlimits (the sandbox lacks
 // CAP_SYS_RESOURCE to raise them), --init (catatonit as PID 1), no network
 // (the test VMI has no interface), the guest images and the manifest
 // read-only, the launch folder as the log folder (so the console log is
 // the harness's), no privileges beyond the defaults, and /dev/kvm only
 // where the node has usable KVM (these nodes have only PVM, so TCG).
 func runArgs(dir string, kvm bool, extra []string) []string {
-	args := []string{"run", "--rm", "--runtime", "runc", "--init", "--network", "none",
+	args := []string{"run", "--rm", "--runtime", "runc", "--log-driver", "passthrough", "--init", "--network", "none",
 		"--cidfile", filepath.Join(dir, "cid"),
 		"--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768",
 		"-v", built.ImageDir() + ":/usr/share/crashloop/images:ro",
