@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -335,8 +336,13 @@ func stopKVLoops(ctx context.Context, always, rerun *kvLoop) {
 	if lite != nil {
 		flipped.Should(Equal(v1.RunStrategyAlways), "KubeVirt v1.6.0 rewrites Halted to Always while a Start request is pending")
 		_, _, vm := rerun.snapshot()
-		fmt.Fprintf(GinkgoWriter, "KubeVirt RerunOnFailure after runStrategy Halted: runStrategy %s, %s, startFailure count %d, stateChangeRequests %v\n",
-			*vm.Spec.RunStrategy, vm.Status.PrintableStatus, vm.Status.StartFailure.ConsecutiveFailCount, vm.Status.StateChangeRequests)
+		// Halted may have cleared the start-failure record by now.
+		count := "none"
+		if vm.Status.StartFailure != nil {
+			count = strconv.Itoa(vm.Status.StartFailure.ConsecutiveFailCount)
+		}
+		fmt.Fprintf(GinkgoWriter, "KubeVirt RerunOnFailure after runStrategy Halted: runStrategy %s, %s, startFailure count %s, stateChangeRequests %v\n",
+			*vm.Spec.RunStrategy, vm.Status.PrintableStatus, count, vm.Status.StateChangeRequests)
 	}
 
 	By("KubeVirt, RerunOnFailure: what stops it: drop the pending Start request from the status, then Halted")
