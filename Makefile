@@ -55,7 +55,7 @@ VIRT_HANDLER ?=
 
 KVRENDER := $(BUILD)/kvrender/kvrender
 
-.PHONY: all deps image-deps image backports-root images guest-image cloud-image build kubevirtmode clusterlite kvrender cluster-up run run-launcher test unit functest fuzz lint bench bench-smoke herd storm clean
+.PHONY: all deps image-deps image backports-root images guest-image cloud-image build kubevirtmode clusterlite kvrender cluster-up run run-launcher test unit functest functest-suite fuzz lint bench bench-smoke herd storm clean
 
 all: build
 
@@ -163,18 +163,40 @@ lint: deps
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
 ## functest: the ginkgo suites on real VMs (the image suite runs the launcher image, the KubeVirt-mode
-##   conformance suite drives it with virt-handler's own client code); one JUnit file per suite in _build/junit/
+##   conformance suite drives it with virt-handler's own client code); one JUnit file per suite in _build/junit/.
+##   The cluster suite, most of whose time is waiting (backoffs, virt-handler's timers, the 3-minute socket
+##   wait), runs beside the others; its output goes to _build/functest/cluster.log and is printed when it ends.
+##   FUNCTEST_SERIAL=1 runs the suites one after another instead.
 functest: build images clusterlite image
-	@mkdir -p $(BUILD)/junit
-	@set -e; for suite in $$(grep -l 'RunSpecs(' functests/*/*_test.go | xargs -n1 dirname | sort -u); do \
-		name=$$(basename $$suite); \
-		echo "=== functional suite $$name"; \
-		$(GO) test -v -count=1 -timeout 40m ./$$suite -args -ginkgo.v -ginkgo.no-color \
-			-ginkgo.junit-report=$(CURDIR)/$(BUILD)/junit/$$name.xml $(FUNCTEST_FLAGS); \
-	done
-	@echo "=== functional suite kubevirtmode/conformance"
-	cd kubevirtmode && $(GO) test -v -count=1 -timeout 20m ./conformance -args -ginkgo.v -ginkgo.no-color \
-		-ginkgo.junit-report=$(CURDIR)/$(BUILD)/junit/kubevirt-conformance.xml $(FUNCTEST_FLAGS)
+	@mkdir -p $(BUILD)/junit $(BUILD)/functest
+	@set -e; suites=$$(grep -l 'RunSpecs(' functests/*/*_test.go | xargs -n1 dirname | sort -u); \
+	cluster_pid=; if [ -z "$(FUNCTEST_SERIAL)" ] && echo "$$suites" | grep -qx functests/cluster; then \
+		suites=$$(echo "$$suites" | grep -vx functests/cluster); \
+		echo "=== functional suite cluster: beside the others, output in $(BUILD)/functest/cluster.log, printed when it ends"; \
+		rm -f $(BUILD)/functest/cluster.rc; \
+		( rc=0; $(MAKE) --no-print-directory functest-suite SUITE=functests/cluster > $(BUILD)/functest/cluster.log 2>&1 || rc=$$?; \
+			echo $$rc > $(BUILD)/functest/cluster.rc ) & cluster_pid=$$!; \
+	fi; \
+	rest=0; for suite in $$suites; do \
+		$(MAKE) --no-print-directory functest-suite SUITE=$$suite || { rest=1; break; }; \
+	done; \
+	if [ $$rest = 0 ]; then \
+		echo "=== functional suite kubevirtmode/conformance"; \
+		(cd kubevirtmode && $(GO) test -v -count=1 -timeout 20m ./conformance -args -ginkgo.v -ginkgo.no-color \
+			-ginkgo.junit-report=$(CURDIR)/$(BUILD)/junit/kubevirt-conformance.xml $(FUNCTEST_FLAGS)) || rest=1; \
+	fi; \
+	if [ -n "$$cluster_pid" ]; then \
+		echo "=== waiting for the cluster suite (pid $$cluster_pid)"; wait $$cluster_pid || true; \
+		echo "=== functional suite cluster (its output)"; cat $(BUILD)/functest/cluster.log; \
+		[ "$$(cat $(BUILD)/functest/cluster.rc)" = 0 ] || rest=1; \
+	fi; \
+	exit $$rest
+
+# functest-suite: one suite, SUITE=functests/<name>
+functest-suite:
+	@echo "=== functional suite $(notdir $(SUITE))"
+	$(GO) test -v -count=1 -timeout 40m ./$(SUITE) -args -ginkgo.v -ginkgo.no-color \
+		-ginkgo.junit-report=$(CURDIR)/$(BUILD)/junit/$(notdir $(SUITE)).xml $(FUNCTEST_FLAGS)
 
 ## bench: one table of launch latencies (warm, cold, as PID 1, boot) against virsh and the QEMU floor, crash path, RSS
 ##   (BACKPORTS=1: the start rows on Debian 12's libvirt/QEMU and on the backports root's, in turn)
