@@ -169,8 +169,11 @@ var _ = Describe("the fault catalog", func() {
 		expectFinal(r, "Succeeded", "GuestShutdown", 0)
 		sched, _ := r.Find(launcherapi.EventScheduled)
 		Expect(scheduled(sched).Faults).To(ContainElement(HaveField("Fault", "launcher-socket-unresponsive")), "the decision is reported")
-		_, firedHere := r.Find(launcherapi.EventFaultFired)
-		Expect(firedHere).To(BeFalse(), "only the KubeVirt-mode monitor acts on it")
+		// guest-poweroff may report its own firing; none may be this fault's.
+		for _, e := range r.Events() {
+			Expect(e.Event == launcherapi.EventFaultFired && e.Fault == "launcher-socket-unresponsive").To(BeFalse(),
+				"only the KubeVirt-mode monitor acts on it: %+v", e)
+		}
 		Expect(r.Log()).To(ContainSubstring("which virt-launcher-monitor serves; this launcher has none"))
 	})
 
