@@ -25,6 +25,7 @@ import (
 
 	"github.com/crashloop-harness/crashloop/pkg/faults"
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
+	"github.com/crashloop-harness/crashloop/pkg/overlay"
 )
 
 // Hidden first arguments between the launcher's binaries.
@@ -86,6 +87,11 @@ type RunPlan struct {
 	AccelReason string `json:"accelReason"`
 	// Ports are the guest ports forwarded to the host.
 	Ports []launcherapi.PortForward `json:"ports,omitempty"`
+	// Overlays are the container disks' overlays whose qemu-img the
+	// converter started and left running, children of this process: the
+	// runner waits for them first, so that qemu-img runs while the runner
+	// is exec'd and loads libvirt.
+	Overlays []overlay.Pending `json:"overlays,omitempty"`
 	// Reaper is the watchdog process already started for this launch; nil
 	// for a dry run.
 	Reaper *Reaper `json:"reaper,omitempty"`

@@ -14,6 +14,7 @@ import (
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/crashloop-harness/crashloop/pkg/cloudinit"
+	"github.com/crashloop-harness/crashloop/pkg/overlay"
 )
 
 func setDisks(ctx context.Context, dom *libvirtxml.Domain, vmi *v1.VirtualMachineInstance, opts *DomainOptions) error {
@@ -141,7 +142,7 @@ func diskFileOf(ctx context.Context, vmi *v1.VirtualMachineInstance, d v1.Disk, 
 	if src.ephemeral && opts.ScratchDir != "" && !readonly {
 		// A container disk is ephemeral in KubeVirt: writes go to an
 		// overlay that is thrown away, never into the image itself.
-		overlay, err := createOverlay(path, format, opts.ScratchDir, d.Name)
+		overlay, err := createOverlay(path, format, opts.ScratchDir, d.Name, field, opts.Overlays)
 		if err != nil {
 			return diskFile{}, &SpecError{Field: field, Msg: err.Error()}
 		}
@@ -367,15 +368,22 @@ func imageFormat(path string) (string, error) {
 	return "raw", nil
 }
 
-// createOverlay makes a qcow2 overlay of image in dir with qemu-img.
-func createOverlay(image, format, dir, name string) (string, error) {
+// createOverlay makes a qcow2 overlay of image in dir with qemu-img; with
+// pending set it only starts qemu-img and adds it there (field names the
+// disk in its error).
+func createOverlay(image, format, dir, name, field string, pending *[]overlay.Pending) (string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("creating overlay folder: %w", err)
 	}
-	overlay := filepath.Join(dir, "overlay-"+name+".qcow2")
-	out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", "-F", format, "-b", image, overlay).CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("creating overlay of %s with qemu-img: %v: %s", image, err, strings.TrimSpace(string(out)))
+	path := filepath.Join(dir, "overlay-"+name+".qcow2")
+	if pending == nil {
+		return path, overlay.Create(image, format, path)
 	}
-	return overlay, nil
+	p, err := overlay.Start(image, format, path, path+".qemu-img.log")
+	if err != nil {
+		return "", err
+	}
+	p.Field = field
+	*pending = append(*pending, p)
+	return path, nil
 }

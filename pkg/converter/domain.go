@@ -13,6 +13,7 @@ import (
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
+	"github.com/crashloop-harness/crashloop/pkg/overlay"
 )
 
 // DomainOptions are the host-side choices that a VMI does not carry.
@@ -32,6 +33,11 @@ type DomainOptions struct {
 	// ConsoleLog is the file the serial console is written to. Empty means
 	// no serial console is attached.
 	ConsoleLog string
+	// Overlays, when set, has the container disks' overlays started
+	// (overlay.Start) and added here rather than made before Convert
+	// returns: the caller waits for them before QEMU opens the disks, also
+	// when Convert fails after starting some.
+	Overlays *[]overlay.Pending
 	// ScratchDir receives the copy-on-write overlays of container disks,
 	// which are ephemeral as in KubeVirt; it is removed with the launch.
 	// Empty attaches container disks read-only.

@@ -15,6 +15,7 @@ import (
 	"github.com/crashloop-harness/crashloop/pkg/faults"
 	"github.com/crashloop-harness/crashloop/pkg/hypervisor"
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
+	"github.com/crashloop-harness/crashloop/pkg/overlay"
 	"github.com/crashloop-harness/crashloop/pkg/qemu"
 	"github.com/crashloop-harness/crashloop/pkg/watchdog"
 )
@@ -29,6 +30,9 @@ import (
 // and the reaper's log.
 func Launch(ctx context.Context, p launchplan.RunPlan, stdout, stderr io.Writer) launcherapi.ExitCode {
 	log := launchplan.Logger(p.Args, stderr).With("vmi", p.VMI.Namespace+"/"+p.VMI.Name)
+	// The converter's qemu-img ran while this program was exec'd; reap it
+	// before this process reaps its children in bulk.
+	overlayErr := overlay.WaitAll(p.Overlays)
 	children := qemu.NewChildren()
 	if p.Reaper != nil {
 		release, err := takeOverReaper(*p.Reaper, children, log)
@@ -41,6 +45,10 @@ func Launch(ctx context.Context, p launchplan.RunPlan, stdout, stderr io.Writer)
 		defer release()
 	}
 	defer removeLaunchFolders(p, log)
+	if overlayErr != nil {
+		fmt.Fprintf(stderr, "virt-launcher: %s: %v\n", p.Input, overlayErr)
+		return launcherapi.ExitInvalidManifest
+	}
 	dom := &libvirtxml.Domain{}
 	if err := dom.Unmarshal(p.DomainXML); err != nil {
 		log.Error("reading the converted domain", "err", err)

@@ -36,6 +36,7 @@ import (
 	"github.com/crashloop-harness/crashloop/pkg/kvmprobe"
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/manifest"
+	"github.com/crashloop-harness/crashloop/pkg/overlay"
 	"github.com/crashloop-harness/crashloop/pkg/vmexpandexec"
 	"github.com/crashloop-harness/crashloop/pkg/watchdog"
 )
@@ -287,7 +288,7 @@ func (p *Prepared) prepare(ctx context.Context, vmi *v1.VirtualMachineInstance, 
 	var conv *converter.Conversion
 	tap, err := podTap(a.PodNetwork)
 	if err == nil {
-		conv, err = converter.Convert(ctx, vmi, converter.DomainOptions{Accel: accel, Images: images, ContainerDiskDir: a.ContainerDiskDir, ConsoleLog: consoleLog, ScratchDir: p.Plan.Scratch, ClaimDir: a.ClaimDir, DryRun: a.DryRun, DataVolumeTemplates: dataVolumes, Tap: tap})
+		conv, err = converter.Convert(ctx, vmi, converter.DomainOptions{Accel: accel, Images: images, ContainerDiskDir: a.ContainerDiskDir, ConsoleLog: consoleLog, ScratchDir: p.Plan.Scratch, ClaimDir: a.ClaimDir, DryRun: a.DryRun, DataVolumeTemplates: dataVolumes, Tap: tap, Overlays: &p.Plan.Overlays})
 	}
 	if err != nil {
 		if images == nil {
@@ -340,6 +341,9 @@ func absPaths(a *launcherapi.Args) error {
 // Abandon removes what the launch made and tells the reaper that nothing
 // is left, for a launch that ends before the runner takes over.
 func (p *Prepared) Abandon() {
+	// A started qemu-img must not write into a folder being removed.
+	_ = overlay.WaitAll(p.Plan.Overlays)
+	p.Plan.Overlays = nil
 	for _, dir := range p.Plan.Folders() {
 		if err := os.RemoveAll(dir); err != nil {
 			p.log.Warn("removing per-VMI state", "dir", dir, "err", err)
