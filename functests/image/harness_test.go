@@ -43,10 +43,10 @@ func podman(args ...string) (string, error) {
 }
 
 // runArgs is the podman command line of the README: runc (crun refuses
-// this host's hybrid cgroups), the launcher's stdout and stderr handed to
-// the container as they are (log driver passthrough: no conmon relay whose
-// end races the container's last line, the final event), explicit rlimits (the sandbox lacks
-// CAP_SYS_RESOURCE to raise them), --init (catatonit as PID 1), no network
+// this host's hybrid cgroups), the harness's stdout and stderr handed to
+// the container as they are (log driver passthrough: no conmon relay
+// between the launcher and the final event), explicit rlimits (the
+// sandbox lacks CAP_SYS_RESOURCE to raise them), --init (catatonit as PID 1), no network
 // (the test VMI has no interface), the guest images and the manifest
 // read-only, the launch folder as the log folder (so the console log is
 // the harness's), no privileges beyond the defaults, and /dev/kvm only

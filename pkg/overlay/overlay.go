@@ -35,9 +35,8 @@ func Create(image, format, path string) error {
 type Pending struct {
 	// PID is qemu-img's, a child of this process.
 	PID int `json:"pid"`
-	// Image is the backing image, Path the overlay being made.
+	// Image is the backing image, for the error.
 	Image string `json:"image"`
-	Path  string `json:"path"`
 	// Output is the file qemu-img's stdout and stderr go to.
 	Output string `json:"output"`
 	// Field is the VMI field the disk comes from, for the error.
@@ -61,7 +60,7 @@ func Start(image, format, path, output string) (Pending, error) {
 	// Not cmd.Wait: the wait may happen after an exec, by PID.
 	pid := cmd.Process.Pid
 	_ = cmd.Process.Release()
-	return Pending{PID: pid, Image: image, Path: path, Output: output}, nil
+	return Pending{PID: pid, Image: image, Output: output}, nil
 }
 
 // Wait waits for p's qemu-img, which must be a child of this process that
