@@ -384,6 +384,9 @@ func (a *Agent) newContainer(pod *k8sv1.Pod, vmi *v1.VirtualMachineInstance, arg
 		args: args, image: image, res: res, layout: layout, pod: pod.DeepCopy(), dir: launcherapi.Dir(filepath.Join(a.cfg.WorkDir, pod.Namespace+"_"+pod.Name+"_"+string(pod.UID))),
 		startedAt: time.Now(), done: make(chan struct{}),
 	}
+	if a.cfg.Kubelet != nil {
+		c.states = newPodStates()
+	}
 	a.containers[pod.UID] = c
 	a.byVMI[vmi.UID] = c
 	return c

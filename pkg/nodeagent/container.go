@@ -103,6 +103,9 @@ type container struct {
 	layout *podLayout         // the pod's command and volumes, in KubeVirt mode
 	pod    *k8sv1.Pod         // the pod as bound, in kubelet-only mode
 	podIP  string             // the pod's address on the pod network, in kubelet-only mode
+	// states are the runtime's records of the pod's containers, in
+	// kubelet-only mode (nil otherwise): their statuses come from them.
+	states *podStates
 
 	mu        sync.Mutex
 	startedAt time.Time         // when the container started (pod Running)
@@ -130,13 +133,20 @@ type snapshot struct {
 	EndedAt         time.Time
 	// PodIP is the pod's address on the pod network (empty: none).
 	PodIP string
+	// Containers are the runtime's records of the pod's containers by
+	// name, in kubelet-only mode (never nil there; nil otherwise).
+	Containers map[string]runtimeState
 }
 
 func (c *container) snapshot() snapshot {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return snapshot{StartedAt: c.startedAt, Launched: c.run != nil, Running: c.running, Final: c.final,
+	s := snapshot{StartedAt: c.startedAt, Launched: c.run != nil, Running: c.running, Final: c.final,
 		Exited: c.exited, ExitCode: c.exit.Code, Reason: c.exit.Reason, Message: c.exit.Message, EndedAt: c.endedAt, PodIP: c.podIP}
+	if c.states != nil {
+		s.Containers = c.states.all()
+	}
+	return s
 }
 
 // launcherManifest is the VMI as our virt-launcher reads it: identity,

@@ -71,15 +71,20 @@ type kubeletPod struct {
 	mode    *KubeletMode
 	log     *slog.Logger
 	names   []string // every container of the pod, the sandbox first
-	live    []string // the sandbox, sidecars and containers: what runs
 	compute launchrt.Launcher
 	// computeName is compute's container name.
 	computeName string
 	others      []launchrt.Launcher
+	// ctrs are the pod's names of the sidecars and containers.
+	ctrs []string
 	// podIP is the pod's address on the pod network (invalid without one).
 	podIP netip.Addr
 	uid   types.UID
-	done  chan struct{}
+	// states are the runtime's records of the containers, read at every
+	// change the agent sees (observe); notify re-queues the pod then.
+	states *podStates
+	notify func()
+	done   chan struct{}
 }
 
 // sandboxName is the pod's sandbox container, in kubelet's form.
@@ -107,8 +112,9 @@ func (m *KubeletMode) run(ctx context.Context, argv ...string) (string, error) {
 }
 
 // launchKubelet starts every container of the pod through procs (each a
-// foreground `podman run` client inside the node namespace).
-func (c *container) launchKubelet(ctx context.Context, cfg *Config, procs Runtime, notify func()) error {
+// foreground `podman run` client inside the node namespace); progress
+// reports the pod while its init containers run.
+func (c *container) launchKubelet(ctx context.Context, cfg *Config, procs Runtime, notify func(), progress func(netip.Addr)) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.run != nil || c.exited {
@@ -121,7 +127,8 @@ func (c *container) launchKubelet(ctx context.Context, cfg *Config, procs Runtim
 	if err != nil {
 		return err
 	}
-	k, err := startKubeletPod(ctx, cfg, procs, c.pod, string(c.dir))
+	k := &kubeletPod{mode: cfg.Kubelet, log: cfg.Logger, uid: c.pod.UID, states: c.states, notify: notify, done: make(chan struct{})}
+	err = k.start(ctx, cfg, procs, c.pod, string(c.dir), progress)
 	if err != nil {
 		events.Close()
 		return err
@@ -137,21 +144,13 @@ func (c *container) launchKubelet(ctx context.Context, cfg *Config, procs Runtim
 	return nil
 }
 
-// startKubeletPod makes the pod's emptyDirs and sandbox, runs its init
-// containers in order, and starts its sidecars and containers.
-func startKubeletPod(ctx context.Context, cfg *Config, procs Runtime, pod *k8sv1.Pod, logDir string) (_ *kubeletPod, err error) {
-	m := cfg.Kubelet
-	begin := time.Now()
-	k := &kubeletPod{mode: m, log: cfg.Logger, uid: pod.UID, done: make(chan struct{})}
-	defer func() {
-		if err != nil {
-			k.removeAll()
-		}
-	}()
+// prepare makes the pod's emptyDirs and makes sure podman has the images
+// of its containers.
+func (m *KubeletMode) prepare(ctx context.Context, pod *k8sv1.Pod) error {
 	for _, v := range pod.Spec.Volumes {
 		if v.EmptyDir != nil {
 			if err := os.MkdirAll(m.emptyDir(pod, v.Name), 0o777); err != nil {
-				return nil, fmt.Errorf("creating emptyDir %s: %w", v.Name, err)
+				return fmt.Errorf("creating emptyDir %s: %w", v.Name, err)
 			}
 			_ = os.Chmod(m.emptyDir(pod, v.Name), 0o777)
 		}
@@ -160,67 +159,71 @@ func startKubeletPod(ctx context.Context, cfg *Config, procs Runtime, pod *k8sv1
 	for _, ctr := range append(append([]k8sv1.Container(nil), pod.Spec.InitContainers...), pod.Spec.Containers...) {
 		if !images[ctr.Image] {
 			if err := m.pull(ctx, ctr.Image); err != nil {
-				return nil, err
+				return err
 			}
 			images[ctr.Image] = true
 		}
 	}
+	return nil
+}
+
+// start makes the pod's emptyDirs and sandbox, runs its init containers
+// in order, and starts its sidecars and containers; progress reports the
+// pod once its sandbox is up and after each init container.
+func (k *kubeletPod) start(ctx context.Context, cfg *Config, procs Runtime, pod *k8sv1.Pod, logDir string, progress func(netip.Addr)) (err error) {
+	m := cfg.Kubelet
+	begin := time.Now()
+	defer func() {
+		if err != nil {
+			k.removeAll()
+		}
+	}()
+	if err := m.prepare(ctx, pod); err != nil {
+		return err
+	}
 	compute, _, err := computeResources(pod)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	sandbox := sandboxName(pod)
 	k.names = append(k.names, sandbox)
 	if _, err := m.run(ctx, append([]string{"podman", "run", "-d", "--rm", "--pull", "never", "--runtime", "runc", "--init",
 		"--network", "none", "--hostname", podHostname(pod), "--name", sandbox}, append(podLabels(pod, "POD", cfg.NodeName), "--entrypoint", "sleep", compute, "infinity")...)...); err != nil {
-		return nil, fmt.Errorf("the pod's sandbox: %w", err)
+		return fmt.Errorf("the pod's sandbox: %w", err)
 	}
 	pid, err := m.run(ctx, "podman", "inspect", "--format", "{{.State.Pid}}", sandbox)
 	if err != nil {
-		return nil, fmt.Errorf("the pod's sandbox: %w", err)
+		return fmt.Errorf("the pod's sandbox: %w", err)
 	}
 	netns := "/proc/" + pid + "/ns/net" // the node namespace's /proc
 	if err := k.attachNetwork(ctx, pod, pid); err != nil {
-		return nil, err
+		return err
 	}
-	for _, ctr := range pod.Spec.InitContainers {
-		if ctr.RestartPolicy != nil && *ctr.RestartPolicy == k8sv1.ContainerRestartPolicyAlways {
-			continue // a sidecar: started with the containers
-		}
-		argv, err := m.runArgs(ctx, cfg.NodeName, pod, ctr, netns, k.podIP)
-		if err != nil {
-			return nil, err
-		}
-		k.names = append(k.names, containerName(pod, ctr.Name))
-		ictx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		_, err = m.run(ictx, argv...)
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("init container %s: %w", ctr.Name, err)
-		}
+	progress(k.podIP)
+	if err := k.runInits(ctx, cfg, pod, netns, progress); err != nil {
+		return err
 	}
 	if st, err := m.run(ctx, "podman", "inspect", "--format", "{{.State.Status}} {{.State.Pid}} {{.State.ExitCode}}", sandbox); err != nil || !strings.HasPrefix(st, "running") {
-		return nil, fmt.Errorf("the pod's sandbox ended during the init containers: %s %v", st, err)
+		return fmt.Errorf("the pod's sandbox ended during the init containers: %s %v", st, err)
 	}
 	var later []k8sv1.Container
 	for _, ctr := range pod.Spec.InitContainers {
-		if ctr.RestartPolicy != nil && *ctr.RestartPolicy == k8sv1.ContainerRestartPolicyAlways {
+		if isSidecar(ctr) {
 			later = append(later, ctr)
 		}
 	}
-	k.live = []string{sandbox}
 	for _, ctr := range append(later, pod.Spec.Containers...) {
 		argv, err := m.runArgs(ctx, cfg.NodeName, pod, ctr, netns, k.podIP)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		k.names = append(k.names, containerName(pod, ctr.Name))
-		k.live = append(k.live, containerName(pod, ctr.Name))
+		k.ctrs = append(k.ctrs, ctr.Name)
 		argv = m.Command(argv...) // inside the node namespace, never the host's podman
 		l, err := procs.Start(ctx, launchrt.Spec{Path: argv[0], Args: argv[1:], Dir: logDir,
 			StderrFile: filepath.Join(logDir, ctr.Name+".log"), StdoutFile: filepath.Join(logDir, ctr.Name+".log"), Truncate: true})
 		if err != nil {
-			return nil, fmt.Errorf("container %s: %w", ctr.Name, err)
+			return fmt.Errorf("container %s: %w", ctr.Name, err)
 		}
 		if ctr.Name == computeContainer {
 			k.compute, k.computeName = l, containerName(pod, ctr.Name)
@@ -229,11 +232,37 @@ func startKubeletPod(ctx context.Context, cfg *Config, procs Runtime, pod *k8sv1
 		}
 	}
 	if k.compute == nil {
-		return nil, fmt.Errorf("pod %s/%s has no %q container", pod.Namespace, pod.Name, computeContainer)
+		return fmt.Errorf("pod %s/%s has no %q container", pod.Namespace, pod.Name, computeContainer)
 	}
 	cfg.Logger.Info("launcher pod started as a pod", "pod", pod.Namespace+"/"+pod.Name, "containers", k.names[1:], "after", time.Since(begin).Round(time.Millisecond))
 	go k.watch()
-	return k, nil
+	return nil
+}
+
+// runInits runs the pod's init containers (not its sidecars) one after
+// the other to completion; after each, podman's record of it is read and
+// the pod reported, so that its status shows the init container's end.
+func (k *kubeletPod) runInits(ctx context.Context, cfg *Config, pod *k8sv1.Pod, netns string, progress func(netip.Addr)) error {
+	m := cfg.Kubelet
+	for _, ctr := range pod.Spec.InitContainers {
+		if isSidecar(ctr) {
+			continue // started with the containers
+		}
+		argv, err := m.runArgs(ctx, cfg.NodeName, pod, ctr, netns, k.podIP)
+		if err != nil {
+			return err
+		}
+		k.names = append(k.names, containerName(pod, ctr.Name))
+		ictx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		_, err = m.run(ictx, argv...)
+		cancel()
+		k.observe(ctx)
+		if err != nil {
+			return fmt.Errorf("init container %s: %w", ctr.Name, err)
+		}
+		progress(k.podIP)
+	}
+	return nil
 }
 
 // attachNetwork is kubelet's CNI ADD, when there is a pod network: the
@@ -281,7 +310,7 @@ func podHostname(pod *k8sv1.Pod) string {
 // at every domain start) is answered there, not by a DNS server that the
 // pod network cannot reach, which costs the DNS timeouts (10 s).
 func (m *KubeletMode) runArgs(ctx context.Context, node string, pod *k8sv1.Pod, ctr k8sv1.Container, netns string, podIP netip.Addr) ([]string, error) {
-	args := []string{"podman", "run", "--rm", "--pull", "never", "--runtime", "runc", "--name", containerName(pod, ctr.Name),
+	args := []string{"podman", "run", "--pull", "never", "--runtime", "runc", "--name", containerName(pod, ctr.Name),
 		"--network", "ns:" + netns, "--hostname", podHostname(pod)}
 	if podIP.IsValid() {
 		args = append(args, "--add-host", podHostname(pod)+":"+podIP.String())
@@ -440,10 +469,42 @@ func imageFolder(dir, image string) (string, error) {
 	return name, nil
 }
 
-// watch waits for compute to end, then removes the pod's other
-// containers and its sandbox.
+// observe reads podman's record of every container of the pod (one
+// `podman container inspect`) into the pod's states; a failed read
+// leaves them as they were.
+func (k *kubeletPod) observe(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	recs, err := k.mode.inspect(ctx, k.names)
+	if err != nil {
+		k.log.Debug("reading the pod's containers from podman", "err", err)
+		return
+	}
+	k.states.merge(recs, "")
+}
+
+// watch follows the pod's containers through their `podman run`
+// clients, which end with their containers: at the end of any but compute
+// it reads podman's records and re-queues the pod (kubelet's PLEG, driven
+// by the runtime's own end of a container rather than a relist); at
+// compute's end it reads them once more, keeps them (the pod ends: its
+// status is final), then removes the pod's other containers and its
+// sandbox.
 func (k *kubeletPod) watch() {
+	for _, o := range k.others {
+		go func() {
+			select {
+			case <-o.Done():
+			case <-k.compute.Done():
+				return
+			}
+			k.observe(context.Background())
+			k.notify()
+		}()
+	}
 	<-k.compute.Done()
+	k.observe(context.Background())
+	k.states.freeze()
 	k.removeAll()
 	for _, o := range k.others {
 		<-o.Done()
@@ -451,18 +512,23 @@ func (k *kubeletPod) watch() {
 	close(k.done)
 }
 
-// waitRunning waits until podman shows the sandbox, the sidecars and the
-// containers running, as kubelet reports a container running from its
-// runtime's state rather than from its start request. It is false when
-// compute ended first (a launcher that fails at once, such as KubeVirt's
-// fail-fast one); after a minute it gives up waiting and is true.
+// waitRunning waits until podman shows the sidecars and the containers
+// running, as kubelet reports a container running from its runtime's
+// state rather than from its start request (one `podman container
+// inspect` of the pod every 100 ms, only while it starts). It is false
+// when compute ended first (a launcher that fails at once, such as
+// KubeVirt's fail-fast one); after a minute it gives up waiting and is
+// true.
 func (k *kubeletPod) waitRunning(ctx context.Context) bool {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	argv := append([]string{"podman", "inspect", "--format", "{{.State.Status}}"}, k.live...)
 	for {
-		out, err := k.mode.run(ctx, argv...)
-		all := err == nil && strings.Count(out, "running") == len(k.live)
+		k.observe(ctx)
+		states := k.states.all()
+		all := true
+		for _, name := range k.ctrs {
+			all = all && states[name].Status == "running"
+		}
 		select {
 		case <-k.compute.Done():
 			return false

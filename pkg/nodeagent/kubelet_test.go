@@ -54,7 +54,7 @@ func TestKubeletRunArgsOfALauncherPodContainer(t *testing.T) {
 	}
 	line := strings.Join(args, " ")
 	for _, want := range []string{
-		"podman run --rm --pull never --runtime runc --name k8s_compute_virt-launcher-a-x_ns_u1_0 --network ns:/proc/9/ns/net",
+		"podman run --pull never --runtime runc --name k8s_compute_virt-launcher-a-x_ns_u1_0 --network ns:/proc/9/ns/net",
 		// kubelet's hostname and hosts entry: the own name resolves without DNS
 		"--hostname virt-launcher-a-x --add-host virt-launcher-a-x:10.244.0.7 ",
 		"-v /k/pods/u1/volumes/kubernetes.io~empty-dir/sockets:/var/run/kubevirt/sockets ",
@@ -68,7 +68,9 @@ func TestKubeletRunArgsOfALauncherPodContainer(t *testing.T) {
 		}
 	}
 	// No image folder in compute: it reads virt-handler's bind mounts.
-	for _, not := range []string{"podinfo", "IP=", "--network none", "--privileged", imageDirInImage} {
+	// No --rm: an ended container's record in podman is its status, kept
+	// until the pod goes.
+	for _, not := range []string{"--rm", "podinfo", "IP=", "--network none", "--privileged", imageDirInImage} {
 		if strings.Contains(line, not) {
 			t.Errorf("run args have %q:\n%s", not, line)
 		}

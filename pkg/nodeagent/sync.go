@@ -3,6 +3,7 @@ package nodeagent
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"time"
 
 	k8sv1 "k8s.io/api/core/v1"
@@ -53,17 +54,17 @@ func (a *Agent) syncPod(ctx context.Context, key string) error {
 		}
 		args, err := parseLaunchArgs(pod)
 		if err != nil {
-			return a.failPod(ctx, pod, err)
+			return a.failPod(ctx, pod, err, nil)
 		}
 		image, res, err := computeResources(pod)
 		if err != nil {
-			return a.failPod(ctx, pod, err)
+			return a.failPod(ctx, pod, err, nil)
 		}
 		var layout *podLayout
 		if a.cfg.KubeVirt != nil {
 			l, err := kubevirtLayout(pod)
 			if err != nil {
-				return a.failPod(ctx, pod, err)
+				return a.failPod(ctx, pod, err, nil)
 			}
 			layout = &l
 		}
@@ -71,13 +72,15 @@ func (a *Agent) syncPod(ctx context.Context, key string) error {
 		if a.cfg.Kubelet != nil {
 			// kubelet starts a bound pod at once; virt-handler takes the
 			// VMI from there.
-			if err := c.launchKubelet(ctx, &a.cfg, a.procs, a.notifier(c)); err != nil {
-				return a.failPod(ctx, pod, err)
+			progress := func(podIP netip.Addr) { a.reportStarting(ctx, c, podIP) }
+			if err := c.launchKubelet(ctx, &a.cfg, a.procs, a.notifier(c), progress); err != nil {
+				return a.failPod(ctx, a.latest(key, pod), err, c)
 			}
+			pod = a.latest(key, pod) // progress reported it meanwhile
 		} else if args.SimulateCrash {
 			// KubeVirt's launcher crashes as soon as its container starts.
 			if err := a.launch(ctx, c, vmi); err != nil {
-				return a.failPod(ctx, pod, err)
+				return a.failPod(ctx, pod, err, nil)
 			}
 		}
 	}
@@ -141,17 +144,58 @@ func (a *Agent) deletePod(ctx context.Context, pod *k8sv1.Pod) error {
 	return nil
 }
 
-// failPod reports a pod whose container could not be started.
-func (a *Agent) failPod(ctx context.Context, pod *k8sv1.Pod, cause error) error {
+// failPod reports a pod whose container could not be started; c, when
+// not nil, is the pod's container, whose runtime records (kubelet-only
+// mode) give the containers that ran (a failed init container) their
+// own statuses.
+func (a *Agent) failPod(ctx context.Context, pod *k8sv1.Pod, cause error, c *container) error {
 	a.cfg.Logger.Error("cannot start the launcher", "pod", pod.Namespace+"/"+pod.Name, "err", cause)
 	s := snapshot{StartedAt: time.Now(), Exited: true, ExitCode: 128, Reason: launchrt.ReasonStartError, Message: cause.Error(), EndedAt: time.Now()}
+	if c != nil && c.states != nil {
+		s.StartedAt, s.Containers = c.startedAt, c.states.all()
+	}
 	return a.reportPod(ctx, pod, s)
 }
 
+// latest is the cache's copy of the pod at key if it is still pod (the
+// same UID), else pod.
+func (a *Agent) latest(key string, pod *k8sv1.Pod) *k8sv1.Pod {
+	if obj, ok, err := a.pods.GetStore().GetByKey(key); err == nil && ok && obj.(*k8sv1.Pod).UID == pod.UID {
+		return obj.(*k8sv1.Pod)
+	}
+	return pod
+}
+
+// reportStarting reports a pod while kubelet starts it (its init
+// containers run): Pending, each container as the runtime shows it. The
+// worker starting the pod holds its container, so the pod is read from
+// the cache; a report that loses a race is followed by the next.
+func (a *Agent) reportStarting(ctx context.Context, c *container, podIP netip.Addr) {
+	obj, ok, err := a.pods.GetStore().GetByKey(c.podKey.String())
+	if err != nil || !ok {
+		return
+	}
+	pod := obj.(*k8sv1.Pod)
+	if pod.UID != c.podUID || pod.DeletionTimestamp != nil {
+		return
+	}
+	s := snapshot{StartedAt: c.startedAt, Containers: c.states.all()}
+	if podIP.IsValid() {
+		s.PodIP = podIP.String()
+	}
+	if err := a.reportPod(ctx, pod, s); err != nil {
+		a.cfg.Logger.Debug("reporting a starting pod", "pod", c.podKey.String(), "err", err)
+	}
+}
+
 // podStatus is the status the kubelet would report for pod with its
-// compute container in state s. Containers other than compute (container
-// disks, the console logger) run and are ready while compute runs; init
-// containers have completed.
+// compute container in state s. The phase is compute's: Running while it
+// runs, Succeeded or Failed by its exit code. In kubelet mode (s has the
+// runtime's records) the phase is Pending until compute is seen running,
+// and every container's status is its own, from the runtime's record
+// (kubeletContainerStatuses). Otherwise the containers other than compute
+// (container disks, the console logger) run and are ready while compute
+// runs, and init containers have completed.
 func podStatus(pod *k8sv1.Pod, s snapshot, hostIP string) k8sv1.PodStatus {
 	st := *pod.Status.DeepCopy()
 	started := metav1.NewTime(s.StartedAt)
@@ -162,11 +206,9 @@ func podStatus(pod *k8sv1.Pod, s snapshot, hostIP string) k8sv1.PodStatus {
 		st.PodIP, st.PodIPs = s.PodIP, []k8sv1.PodIP{{IP: s.PodIP}}
 	}
 	running := !s.Exited
-	ready := k8sv1.ConditionFalse
-	if running {
-		ready = k8sv1.ConditionTrue
-	}
 	switch {
+	case s.Containers != nil && running && !s.Running:
+		st.Phase = k8sv1.PodPending
 	case running:
 		st.Phase = k8sv1.PodRunning
 	case s.ExitCode == 0:
@@ -174,35 +216,15 @@ func podStatus(pod *k8sv1.Pod, s snapshot, hostIP string) k8sv1.PodStatus {
 	default:
 		st.Phase = k8sv1.PodFailed
 	}
-	st.InitContainerStatuses = nil
-	for _, ic := range pod.Spec.InitContainers {
-		cs := k8sv1.ContainerStatus{Name: ic.Name, Image: ic.Image, ImageID: ic.Image, Ready: true,
-			State: k8sv1.ContainerState{Terminated: &k8sv1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: started, FinishedAt: started}}}
-		if ic.RestartPolicy != nil && *ic.RestartPolicy == k8sv1.ContainerRestartPolicyAlways && running {
-			// A native sidecar (KubeVirt's guest-console-log) runs beside
-			// the containers.
-			cs.State = k8sv1.ContainerState{Running: &k8sv1.ContainerStateRunning{StartedAt: started}}
+	initialized, ready := k8sv1.ConditionTrue, k8sv1.ConditionFalse
+	if s.Containers != nil {
+		st.InitContainerStatuses, st.ContainerStatuses = kubeletContainerStatuses(pod, s)
+		initialized, ready = kubeletConditions(pod, st.InitContainerStatuses, st.ContainerStatuses)
+	} else {
+		st.InitContainerStatuses, st.ContainerStatuses = derivedContainerStatuses(pod, s)
+		if running {
+			ready = k8sv1.ConditionTrue
 		}
-		st.InitContainerStatuses = append(st.InitContainerStatuses, cs)
-	}
-	st.ContainerStatuses = nil
-	for _, ctr := range pod.Spec.Containers {
-		cs := k8sv1.ContainerStatus{Name: ctr.Name, Image: ctr.Image, ImageID: ctr.Image, Ready: running, Started: &running}
-		switch {
-		case running:
-			cs.State.Running = &k8sv1.ContainerStateRunning{StartedAt: started}
-		case ctr.Name == computeContainer:
-			reason := s.Reason
-			if reason == "" {
-				reason = launchrt.ExitReason(s.ExitCode, 0)
-			}
-			cs.State.Terminated = &k8sv1.ContainerStateTerminated{ExitCode: int32(s.ExitCode), Reason: reason,
-				Message: s.Message, StartedAt: started, FinishedAt: metav1.NewTime(s.EndedAt)}
-		default:
-			cs.State.Terminated = &k8sv1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed",
-				StartedAt: started, FinishedAt: metav1.NewTime(s.EndedAt)}
-		}
-		st.ContainerStatuses = append(st.ContainerStatuses, cs)
 	}
 	now := metav1.Now()
 	set := func(t k8sv1.PodConditionType, status k8sv1.ConditionStatus) {
@@ -216,16 +238,48 @@ func podStatus(pod *k8sv1.Pod, s snapshot, hostIP string) k8sv1.PodStatus {
 		}
 		st.Conditions = append(st.Conditions, k8sv1.PodCondition{Type: t, Status: status, LastTransitionTime: now})
 	}
-	set(k8sv1.PodInitialized, k8sv1.ConditionTrue)
+	set(k8sv1.PodInitialized, initialized)
 	set(k8sv1.ContainersReady, ready)
 	set(k8sv1.PodReady, ready)
 	return st
 }
 
+// derivedContainerStatuses are the container statuses derived from
+// compute's state, where the agent runs only compute (agent and KubeVirt
+// mode): the others run and are ready while compute runs, and end with it.
+func derivedContainerStatuses(pod *k8sv1.Pod, s snapshot) (inits, ctrs []k8sv1.ContainerStatus) {
+	started := metav1.NewTime(s.StartedAt)
+	running := !s.Exited
+	for _, ic := range pod.Spec.InitContainers {
+		cs := k8sv1.ContainerStatus{Name: ic.Name, Image: ic.Image, ImageID: ic.Image, Ready: true,
+			State: k8sv1.ContainerState{Terminated: &k8sv1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: started, FinishedAt: started}}}
+		if isSidecar(ic) && running {
+			// A native sidecar (KubeVirt's guest-console-log) runs beside
+			// the containers.
+			cs.State = k8sv1.ContainerState{Running: &k8sv1.ContainerStateRunning{StartedAt: started}}
+		}
+		inits = append(inits, cs)
+	}
+	for _, ctr := range pod.Spec.Containers {
+		cs := k8sv1.ContainerStatus{Name: ctr.Name, Image: ctr.Image, ImageID: ctr.Image, Ready: running, Started: &running}
+		switch {
+		case running:
+			cs.State.Running = &k8sv1.ContainerStateRunning{StartedAt: started}
+		case ctr.Name == computeContainer:
+			cs.State.Terminated = computeTerminated(s)
+		default:
+			cs.State.Terminated = &k8sv1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed",
+				StartedAt: started, FinishedAt: metav1.NewTime(s.EndedAt)}
+		}
+		ctrs = append(ctrs, cs)
+	}
+	return inits, ctrs
+}
+
 // reportPod writes the pod status for s, unless the pod already shows it.
 func (a *Agent) reportPod(ctx context.Context, pod *k8sv1.Pod, s snapshot) error {
 	want := podStatus(pod, s, "127.0.0.1")
-	if pod.Status.Phase == want.Phase && computeState(pod.Status) == computeState(want) && pod.Status.PodIP == want.PodIP {
+	if pod.Status.Phase == want.Phase && statusSummary(pod.Status) == statusSummary(want) && pod.Status.PodIP == want.PodIP {
 		return nil
 	}
 	if pod.Status.Phase == k8sv1.PodSucceeded || pod.Status.Phase == k8sv1.PodFailed {
@@ -239,25 +293,16 @@ func (a *Agent) reportPod(ctx context.Context, pod *k8sv1.Pod, s snapshot) error
 		}
 		return fmt.Errorf("reporting status of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
-	a.cfg.Logger.Info("pod status", "pod", pod.Namespace+"/"+pod.Name, "phase", want.Phase, "compute", computeState(want))
+	a.cfg.Logger.Info("pod status", "pod", pod.Namespace+"/"+pod.Name, "phase", want.Phase, "compute", computeState(want), "containers", statusSummary(want))
 	return nil
 }
 
 // computeState summarises the compute container's state.
 func computeState(st k8sv1.PodStatus) string {
 	for _, cs := range st.ContainerStatuses {
-		if cs.Name != computeContainer {
-			continue
+		if cs.Name == computeContainer {
+			return containerState(cs)
 		}
-		switch {
-		case cs.State.Terminated != nil && cs.State.Terminated.Reason == launchrt.ReasonOOMKilled:
-			return fmt.Sprintf("terminated(%d, %s)", cs.State.Terminated.ExitCode, cs.State.Terminated.Reason)
-		case cs.State.Terminated != nil:
-			return fmt.Sprintf("terminated(%d)", cs.State.Terminated.ExitCode)
-		case cs.State.Running != nil:
-			return "running"
-		}
-		return "waiting"
 	}
 	return "none"
 }
