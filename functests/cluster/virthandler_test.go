@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -50,14 +51,23 @@ var _ = Describe("KubeVirt's own virt-handler on cluster-lite's node", Label("vi
 		Expect(vmi.Status.NodeName).To(Equal(vhNode))
 		Expect(vmi.Status.ActivePods).To(HaveKeyWithValue(pod.UID, vhNode))
 
-		By("every container of the launcher pod runs, as containers of one pod")
+		By("every container of the launcher pod runs, as containers of one pod; the init containers ran and are kept, as kubelet keeps them")
 		states := podContainerStates(pod.UID)
 		var names []string
 		for name, state := range states {
-			Expect(state).To(HavePrefix("Up"), "container %s", name)
+			if slices.Contains(guestInits, name) {
+				Expect(state).To(HavePrefix("Exited (0)"), "init container %s", name)
+			} else {
+				Expect(state).To(HavePrefix("Up"), "container %s", name)
+			}
 			names = append(names, name)
 		}
-		Expect(names).To(ConsistOf("POD", "compute", "guest-console-log", "volume"+testguest.Disk, "volumekernel-boot-volume"))
+		Expect(names).To(ConsistOf(append(append([]string{"POD", guestSidecar}, guestInits...), guestContainers...)))
+
+		By("the pod's status is each container's own, from podman: init containers Completed, the sidecar and containers running and ready")
+		pod, err = kc.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		statuses := expectRunningPodStatuses(pod)
 		podDir := filepath.Join(s.stateDir, "nodens", "kubelet", "pods", string(pod.UID))
 		_, err = os.Stat(filepath.Join(podDir, "volumes", "kubernetes.io~empty-dir", "sockets", "launcher-sock"))
 		Expect(err).NotTo(HaveOccurred(), "the launcher socket in the pod's sockets emptyDir at kubelet's path, where virt-handler found it")
@@ -69,9 +79,18 @@ var _ = Describe("KubeVirt's own virt-handler on cluster-lite's node", Label("vi
 		podGone := time.Since(deleted)
 		Eventually(podContainerStates).WithArguments(pod.UID).WithTimeout(time.Minute).Should(BeEmpty())
 		Eventually(func() error { _, err := os.Stat(podDir); return err }).WithTimeout(30 * time.Second).Should(MatchError(os.ErrNotExist))
-		AddReportEntry("cluster-virt-handler", fmt.Sprintf("VMI created → pod bound %v → VMI Running %v (created → Running %v) with KubeVirt's virt-handler writing its status; pod gone %v after the VMI's deletion; containers %s",
+		AddReportEntry("cluster-virt-handler", fmt.Sprintf("VMI created → pod bound %v → VMI Running %v (created → Running %v) with KubeVirt's virt-handler writing its status; pod gone %v after the VMI's deletion; containers %s; pod status: %s",
 			bound.Sub(created).Round(100*time.Millisecond), running.Sub(bound).Round(100*time.Millisecond), running.Sub(created).Round(100*time.Millisecond),
-			podGone.Round(100*time.Millisecond), strings.Join(names, ", ")))
+			podGone.Round(100*time.Millisecond), strings.Join(names, ", "), statuses))
+	})
+
+	It("reports a fail-fast pod's containers each in its own state from podman: compute terminated with exit 2 (Error), the init containers Completed", func(ctx SpecContext) {
+		name := fmt.Sprintf("vh-ff-%d", time.Now().Unix()%100000)
+		failed, vmi := watchFailedPod(ctx, kc, name)
+		statuses := expectFailFastPodStatuses(failed)
+		Expect(kc.VirtualMachineInstance(namespace()).Delete(ctx, vmi.Name, metav1.DeleteOptions{})).To(Succeed())
+		waitPodGone(ctx, kc, failed)
+		AddReportEntry("cluster-virt-handler-fail-fast-pod", "pod "+failed.Name+" Failed: "+statuses)
 	})
 	// The lane's crash-loop scenarios on KubeVirt's controller, here with
 	// KubeVirt's virt-handler on the node: three fail-fast VMs loop at the
@@ -120,6 +139,7 @@ var _ = Describe("KubeVirt's own virt-handler on cluster-lite's node", Label("vi
 				}
 				Expect(compute).NotTo(BeNil(), "compute's status in pod %s: %+v", failed.Name, failed.Status.ContainerStatuses)
 				Expect(compute.ExitCode).NotTo(BeZero(), "the fail-fast launcher's exit code in pod %s", failed.Name)
+				expectFailFastPodStatuses(failed)
 				firsts = append(firsts, fmt.Sprintf("%s compute exit %d (%s)", failed.Name, compute.ExitCode, compute.Reason))
 			}
 
