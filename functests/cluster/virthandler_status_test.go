@@ -15,7 +15,6 @@ import (
 	"kubevirt.io/client-go/kubecli"
 
 	"github.com/crashloop-harness/crashloop/functests/testguest"
-	"github.com/crashloop-harness/crashloop/pkg/nodeagent"
 )
 
 // The test guest's launcher pod, as KubeVirt v1.6.0 makes it: its init
@@ -28,18 +27,7 @@ var (
 
 // podContainerIDs is podman's full ID of every container of the pod by its
 // container name, as the host's podman lists them.
-func podContainerIDs(uid types.UID) map[string]string {
-	out, err := podman("ps", "--all", "--no-trunc", "--filter", "label="+nodeagent.LabelPodUID+"="+string(uid),
-		"--format", `{{index .Labels "`+nodeagent.LabelContainerName+`"}} {{.ID}}`)
-	Expect(err).NotTo(HaveOccurred(), "podman ps: %s", out)
-	ids := map[string]string{}
-	for _, line := range strings.Split(out, "\n") {
-		if name, id, ok := strings.Cut(strings.TrimSpace(line), " "); ok {
-			ids[name] = id
-		}
-	}
-	return ids
-}
+func podContainerIDs(uid types.UID) map[string]string { return podContainerList(uid, "{{.ID}}") }
 
 // statusByName finds a container's status among the pod's init and
 // regular container statuses; init says in which list it was.

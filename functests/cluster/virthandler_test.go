@@ -335,19 +335,24 @@ func skipWithoutPodmanLite(what string) {
 }
 
 // podContainerStates is the state of every container of the pod by its
-// container name, as the host's podman lists them (a listing only: the
-// host's podman never drives containers made inside the node namespace).
-func podContainerStates(uid types.UID) map[string]string {
-	out, err := podman("ps", "--all", "--filter", "label="+nodeagent.LabelPodUID+"="+string(uid),
-		"--format", `{{index .Labels "`+nodeagent.LabelContainerName+`"}} {{.State}}`)
+// container name, as the host's podman lists them.
+func podContainerStates(uid types.UID) map[string]string { return podContainerList(uid, "{{.State}}") }
+
+// podContainerList is one field (a podman ps template) of every container
+// of the pod by its container name, as the host's podman lists them (a
+// listing only: the host's podman never drives containers made inside the
+// node namespace).
+func podContainerList(uid types.UID, field string) map[string]string {
+	out, err := podman("ps", "--all", "--no-trunc", "--filter", "label="+nodeagent.LabelPodUID+"="+string(uid),
+		"--format", `{{index .Labels "`+nodeagent.LabelContainerName+`"}} `+field)
 	Expect(err).NotTo(HaveOccurred(), "podman ps: %s", out)
-	states := map[string]string{}
+	values := map[string]string{}
 	for _, line := range strings.Split(out, "\n") {
-		if name, state, ok := strings.Cut(strings.TrimSpace(line), " "); ok {
-			states[name] = state
+		if name, value, ok := strings.Cut(strings.TrimSpace(line), " "); ok {
+			values[name] = value
 		}
 	}
-	return states
+	return values
 }
 
 // linesWith is the last n lines of the file at path that contain what,
