@@ -1,7 +1,11 @@
 package monitor
 
 import (
+	"context"
 	"errors"
+	"io"
+	"log/slog"
+	"path/filepath"
 	"reflect"
 	"testing"
 
@@ -85,5 +89,24 @@ func TestPodNetworkPhase2IsNotRunWhereNothingSetThePodNetworkUp(t *testing.T) {
 		if ifaces, err := setUpPodNetwork(mode, podNetVMI(), nil); err != nil || ifaces != nil {
 			t.Fatalf("--pod-network %q: %v, %v", mode, ifaces, err)
 		}
+	}
+}
+
+func TestSyncFailsWithPhase2sErrorAndStartsNoLauncher(t *testing.T) {
+	realMode := podNetwork
+	podNetwork = func() string { return launcherapi.PodNetworkKubeVirtTap }
+	t.Cleanup(func() { podNetwork = realMode })
+	fakePhase2(t, func(*v1.VirtualMachineInstance, map[string]string, *api.Domain) error {
+		return errors.New("failed to start DHCP server for interface eth0")
+	})
+	dir := t.TempDir()
+	f := Flags{Name: "vm1", Namespace: "ns", ShareDir: t.TempDir(), Launcher: filepath.Join(dir, "no-launcher")}
+	m := New(f, dir, slog.New(slog.DiscardHandler), io.Discard)
+	err := m.Sync(context.Background(), podNetVMI(), map[string]string{"default": string(v1.Tap)})
+	if err == nil || err.Error() != "preparing the pod network failed: failed to start DHCP server for interface eth0" {
+		t.Fatalf("Sync: %v, want KubeVirt's launcher's words", err)
+	}
+	if m.starts != 0 || m.cur != nil || m.Domain() != nil {
+		t.Fatalf("a launcher start (%d) or a domain after phase 2 failed", m.starts)
 	}
 }
