@@ -104,6 +104,7 @@ type upOptions struct {
 	keepState   bool
 	binDir      string
 	launcher    string
+	image       string // the launcher image virt-controller names in every pod
 	imageDir    string
 	nodeName    string
 	virtAPIIP   string
@@ -126,6 +127,7 @@ func parseUp(args []string) (upOptions, error) {
 	fs.BoolVar(&o.keepState, "keep-state", false, "keep the state folder (logs, kubeconfig) after tear-down")
 	fs.StringVar(&o.binDir, "bin-dir", filepath.Join(binDir, "..", "clusterlite", "bin"), "folder with etcd, kube-apiserver, virt-controller, virt-api and kubevirt-manifests (tools/clusterlite/build.sh)")
 	fs.StringVar(&o.launcher, "launcher", filepath.Join(binDir, "virt-launcher"), "our virt-launcher binary, run by the node agent for every VMI")
+	fs.StringVar(&o.image, "launcher-image", defaultLauncherImage, "the launcher image virt-controller writes into every launcher pod (its --launcher-image) and podman runs; with --node-side virt-handler also virt-handler's image")
 	fs.StringVar(&o.imageDir, "image-dir", filepath.Join(binDir, "..", "images"), "the launcher's image folder (make images)")
 	fs.StringVar(&o.nodeName, "node-name", "clusterlite-node", "name of the one node")
 	fs.StringVar(&o.virtAPIIP, "virt-api-ip", "10.254.0.10", "virt-api's Service address, on the lo of the stack's own network namespace (inside 10.254.0.0/24; not loopback, which Endpoints refuse)")

@@ -105,10 +105,10 @@ func (s *stack) startNodeSide(ctx context.Context, o upOptions) error {
 	if err != nil {
 		return fmt.Errorf("admin client: %w", err)
 	}
-	if err := clusterlite.RegisterHandlerPod(ctx, admin, o.nodeName, launcherImage, ip); err != nil {
+	if err := clusterlite.RegisterHandlerPod(ctx, admin, o.nodeName, o.image, ip); err != nil {
 		return err
 	}
-	h := clusterlite.HandlerPod{Node: n.node, NodeName: o.nodeName, BinDir: o.binDir, Image: launcherImage, PodIP: ip,
+	h := clusterlite.HandlerPod{Node: n.node, NodeName: o.nodeName, BinDir: o.binDir, Image: o.image, PodIP: ip,
 		Kubeconfig: s.cp.KubeconfigFor(handlerUser), Certs: certs, LabellerDir: labeller, Port: handlerPort, ExtraFlags: o.handlerFlags}
 	argv := h.Argv(n.label)
 	if n.handler, err = s.cp.StartProcess("virt-handler", argv[0], argv[1:], clusterlite.Restart(handlerRestart)); err != nil {

@@ -26,10 +26,11 @@ const (
 	controllerUser = "system:serviceaccount:kubevirt:kubevirt-controller"
 	apiUser        = "system:serviceaccount:kubevirt:kubevirt-apiserver"
 	handlerUser    = "system:serviceaccount:kubevirt:kubevirt-handler"
-	// launcherImage is what virt-controller writes into pods; the node
-	// agent runs it with podman, or runs --launcher as a bare process
-	// whatever the image says (--launcher-runtime).
-	launcherImage = "localhost/crashloop/virt-launcher:latest"
+	// defaultLauncherImage is --launcher-image's default: what
+	// virt-controller writes into pods; the node agent runs it with
+	// podman, or runs --launcher as a bare process whatever the image
+	// says (--launcher-runtime).
+	defaultLauncherImage = "localhost/crashloop/virt-launcher:latest"
 	// controllerPort is virt-controller's metrics port on the stack's
 	// namespace's loopback, which nothing else shares.
 	controllerPort = "8443"
@@ -79,7 +80,7 @@ func up(ctx context.Context, o upOptions, log *slog.Logger) (err error) {
 		return err
 	}
 	manifests := []string{"--apply", "--kubeconfig", s.cp.KubeconfigPath(), "--ca-bundle", files["ca.crt"],
-		"--virt-api-service-ip", ip.String(), "--launcher-image", launcherImage, "-o", "yaml"}
+		"--virt-api-service-ip", ip.String(), "--launcher-image", o.image, "-o", "yaml"}
 	_, kv := o.agentMode()
 	manifests = append(manifests, clusterlite.EmulationArgs(kv != nil || o.nodeSide == nodeSideHandler, log)...)
 	if o.nodeSide == nodeSideHandler {
@@ -88,7 +89,7 @@ func up(ctx context.Context, o upOptions, log *slog.Logger) (err error) {
 	if err := runLogged(ctx, filepath.Join(s.stateDir, "kubevirt-manifests.log"), filepath.Join(o.binDir, "kubevirt-manifests"), manifests...); err != nil {
 		return fmt.Errorf("installing KubeVirt's CRDs and objects: %w", err)
 	}
-	if err := s.startKubeVirt(o.binDir, ip, files); err != nil {
+	if err := s.startKubeVirt(o.binDir, o.image, ip, files); err != nil {
 		return err
 	}
 	if err := s.startNodeSide(ctx, o); err != nil {
@@ -132,8 +133,9 @@ func (s *stack) makeState(dir string) error {
 }
 
 // startKubeVirt starts virt-api on the Service address and virt-controller
-// (restarted with a backoff when it exits), both in the namespace.
-func (s *stack) startKubeVirt(binDir string, ip net.IP, files map[string]string) (err error) {
+// (restarted with a backoff when it exits, naming image in every launcher
+// pod), both in the namespace.
+func (s *stack) startKubeVirt(binDir, image string, ip net.IP, files map[string]string) (err error) {
 	if s.api, err = s.cp.StartProcess("virt-api", filepath.Join(binDir, "virt-api"), []string{
 		"--kubeconfig", s.cp.KubeconfigFor(apiUser), "--listen", ip.String(), "--port", "443",
 		"--tls-cert-file", files["virt-api.crt"], "--tls-key-file", files["virt-api.key"],
@@ -142,7 +144,7 @@ func (s *stack) startKubeVirt(binDir string, ip net.IP, files map[string]string)
 		return err
 	}
 	s.ctl, err = s.cp.StartProcess("virt-controller", filepath.Join(binDir, "virt-controller"), []string{
-		"--kubeconfig", s.cp.KubeconfigFor(controllerUser), "--launcher-image", launcherImage,
+		"--kubeconfig", s.cp.KubeconfigFor(controllerUser), "--launcher-image", image,
 		"--listen", "127.0.0.1", "--port", controllerPort,
 		"--prom-cert-file", files["virt-controller.crt"], "--prom-key-file", files["virt-controller.key"],
 	}, clusterlite.Restart(controllerRestart))
@@ -161,7 +163,7 @@ func (s *stack) startAgent(ctx context.Context, o upOptions) error {
 	var rt nodeagent.Runtime
 	if s.node == nil { // with virt-handler, pods run inside the node namespace
 		if rt, err = clusterlite.ChooseRuntime(ctx, clusterlite.RuntimeChoice{Mode: runtime, Launcher: o.launcher,
-			Image: launcherImage, NodeName: o.nodeName, CacheDir: filepath.Join(s.stateDir, "qemu-capabilities")}, s.log); err != nil {
+			Image: o.image, NodeName: o.nodeName, CacheDir: filepath.Join(s.stateDir, "qemu-capabilities")}, s.log); err != nil {
 			return err
 		}
 	}

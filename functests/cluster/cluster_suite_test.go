@@ -142,7 +142,7 @@ func runLite(binDir, logName string, args ...string) *liteStack {
 		}
 	})
 	s.proc, err = spawn.Start(spawn.Spec{Path: filepath.Join(built.BinDir(), "clusterlite"), Args: append([]string{"up", "--state-dir", state, "--bin-dir", binDir,
-		"--launcher", bins.Launcher, "--image-dir", bins.ImageDir}, args...), Stdout: out, StderrFile: s.logPath, Truncate: true})
+		"--launcher", bins.Launcher, "--image-dir", bins.ImageDir, "--launcher-image", launcherImage}, args...), Stdout: out, StderrFile: s.logPath, Truncate: true})
 	Expect(err).NotTo(HaveOccurred())
 	select {
 	case s.kubeconfig = <-ready:

@@ -32,8 +32,9 @@ import (
 )
 
 // launcherImage is the image cluster-lite's virt-controller names in
-// every launcher pod.
-const launcherImage = "localhost/crashloop/virt-launcher:latest"
+// every launcher pod (clusterlite up --launcher-image):
+// $CLUSTER_LANE_LAUNCHER_IMAGE, else what `make image` builds.
+var launcherImage = envOr("CLUSTER_LANE_LAUNCHER_IMAGE", "localhost/crashloop/virt-launcher:latest")
 
 // liteNode is the node name cluster-lite registers (its default).
 const liteNode = "clusterlite-node"

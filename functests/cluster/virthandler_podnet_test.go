@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -23,10 +24,11 @@ import (
 )
 
 var _ = Describe("KubeVirt's own virt-handler with the default pod network", Label("virt-handler"), func() {
-	It("runs a test-guest VMI with the pod network and masquerade to Running by virt-handler, with the pod's eth0 at status.podIP, virt-handler's tap0 and NAT rules in the pod, and deletion leaves no veth", func(ctx SpecContext) {
+	It("runs a test-guest VMI with the pod network and masquerade to Running by virt-handler, with the pod's eth0 at status.podIP, virt-handler's tap0 and NAT rules in the pod, the guest's address from KubeVirt's DHCP server, and deletion leaves no veth", func(ctx SpecContext) {
 		s, kc := virtHandlerStack(ctx)
 		name := fmt.Sprintf("vh-podnet-%d", time.Now().Unix()%100000)
-		vmi := testguest.VMI(testguest.Spec{Name: name, Namespace: namespace()})
+		// harness.dhcp: the guest takes eth0's address by DHCP and prints the lease.
+		vmi := testguest.VMI(testguest.Spec{Name: name, Namespace: namespace(), KernelArgs: testguest.KernelArgs + " harness.dhcp"})
 		vmi.Spec.Domain.Devices.Interfaces = []v1.Interface{{Name: "default", InterfaceBindingMethod: v1.InterfaceBindingMethod{Masquerade: &v1.InterfaceMasquerade{}}}}
 		vmi.Spec.Networks = []v1.Network{{Name: "default", NetworkSource: v1.NetworkSource{Pod: &v1.PodNetwork{}}}}
 		created := time.Now()
@@ -105,6 +107,24 @@ var _ = Describe("KubeVirt's own virt-handler with the default pod network", Lab
 		Expect(cmdline).To(ContainSubstring("ua-default"), "the NIC's alias")
 		Expect(cmdline).NotTo(MatchRegexp(`-netdev (\{"type":"user"|user,)`), "no user-mode network beside the tap")
 
+		By("the guest leased KubeVirt's masquerade address from the DHCP server our monitor started with KubeVirt's phase 2, and reaches the gateway")
+		lease, ping := guestLease(s, pod)
+		Expect(lease["ip"]).To(Equal(masqueradeVMIP), "the guest's address (KubeVirt's default VM network %s): %v", masqueradeCIDR, lease)
+		Expect(lease["mask"]).To(Equal("24"), "the lease's prefix length")
+		Expect(lease["router"]).To(Equal(masqueradeGateway), "the lease's router")
+		Expect(lease["server"]).To(Equal(masqueradeGateway), "the DHCP server's address (k6t-eth0)")
+		Expect(lease["dns"]).To(Equal(strings.Join(podNameservers(compute.PID), " ")), "the lease's DNS: the pod's resolv.conf, as KubeVirt's server reads it")
+		Expect(ping).To(Equal("ok "+masqueradeGateway), "the guest's ping of its router")
+		// One MAC throughout: the guest's NIC (our converter's), the domain's
+		// interface (KubeVirt's phase 2) as virt-handler reports it.
+		qemuMAC := regexp.MustCompile(`"mac":"([0-9a-f:]+)"|mac=([0-9a-f:]+)`).FindStringSubmatch(cmdline)
+		Expect(qemuMAC).NotTo(BeNil(), "QEMU's NIC MAC in %s", cmdline)
+		Expect(lease["mac"]).To(Equal(qemuMAC[1]+qemuMAC[2]), "the guest's eth0 is QEMU's NIC")
+		got, err := kc.VirtualMachineInstance(namespace()).Get(ctx, name, metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(got.Status.Interfaces).NotTo(BeEmpty())
+		Expect(got.Status.Interfaces[0].MAC).To(Equal(lease["mac"]), "the VMI's status.interfaces[0].mac (the domain's interface, from KubeVirt's phase 2)")
+
 		By("deleting the VMI: the pod goes, and with it its veth; the address is free again")
 		veth := podVeth(s, podIP)
 		Expect(ipIn(s.netns, "-o", "link", "show", "master", nodeagent.DefaultPodBridge)).To(ContainSubstring(veth+"@"), "the pod's veth on the bridge")
@@ -118,11 +138,94 @@ var _ = Describe("KubeVirt's own virt-handler with the default pod network", Lab
 		}).WithTimeout(30*time.Second).WithPolling(200*time.Millisecond).ShouldNot(ContainSubstring(veth+"@"), "the pod's veth in the stack's namespace")
 		Expect(ipIn(s.netns, "-o", "link", "show", "master", nodeagent.DefaultPodBridge)).NotTo(ContainSubstring("clpv"), "no pod's veth left on the bridge")
 		Expect(s.stateDir).NotTo(BeEmpty())
-		AddReportEntry("cluster-virt-handler-podnet", fmt.Sprintf("pod network: VMI created → pod bound %v → VMI Running %v (created → Running %v), status by virt-handler; pod IP %s on eth0, tap0, k6t-eth0 and virt-handler's masquerade rules in the pod; pod and veth gone %v after the VMI's deletion",
+		AddReportEntry("cluster-virt-handler-podnet", fmt.Sprintf("pod network: VMI created → pod bound %v → VMI Running %v (created → Running %v), status by virt-handler; pod IP %s on eth0, tap0, k6t-eth0 and virt-handler's masquerade rules in the pod; the guest leased %s/%s via %s (dns %s, mac %s), ping of the router %s; pod and veth gone %v after the VMI's deletion",
 			bound.Sub(created).Round(100*time.Millisecond), running.Sub(bound).Round(100*time.Millisecond), running.Sub(created).Round(100*time.Millisecond),
-			podIP, podGone.Round(100*time.Millisecond)))
+			podIP, lease["ip"], lease["mask"], lease["router"], lease["dns"], lease["mac"], ping, podGone.Round(100*time.Millisecond)))
 	})
 })
+
+// KubeVirt v1.6.0's masquerade addresses for a pod network without
+// vmNetworkCIDR: DefaultVMCIDR (pkg/virt-launcher/virtwrap/api/defaults.go),
+// of which link.GenerateMasqueradeGatewayAndVmIPAddrs gives the gateway
+// (k6t-eth0, the DHCP server) the first host address and the VM the second.
+const (
+	masqueradeCIDR    = "10.0.2.0/24"
+	masqueradeGateway = "10.0.2.1"
+	masqueradeVMIP    = "10.0.2.2"
+)
+
+// guestLease waits for the test guest's DHCP markers (harness.dhcp) on its
+// console, in the pod's ephemeral-disks emptyDir where our monitor keeps
+// the launch folders: the lease's fields and the router ping's result.
+func guestLease(s *liteStack, pod *k8sv1.Pod) (map[string]string, string) {
+	pattern := filepath.Join(s.stateDir, "nodens", "kubelet", "pods", string(pod.UID), "volumes", "*", "ephemeral-disks", "crashloop", "start-*", "console.log")
+	var lease map[string]string
+	var ping, console string
+	Eventually(func() string {
+		files, _ := filepath.Glob(pattern)
+		for _, f := range files {
+			b, _ := os.ReadFile(f)
+			console = string(b)
+			for _, line := range strings.Split(console, "\n") {
+				line = strings.TrimSpace(line)
+				if rest, ok := strings.CutPrefix(line, "HARNESS-DHCP-LEASE "); ok {
+					lease = markerFields(rest)
+				}
+				if rest, ok := strings.CutPrefix(line, "HARNESS-PING-GATEWAY "); ok {
+					ping = rest
+				}
+				if strings.HasPrefix(line, "HARNESS-DHCP-FAILED") {
+					return line
+				}
+			}
+		}
+		if lease == nil || ping == "" {
+			return ""
+		}
+		return "leased"
+	}).WithTimeout(2*time.Minute).WithPolling(200*time.Millisecond).Should(Equal("leased"), func() string {
+		return fmt.Sprintf("the guest's DHCP markers in %s; its console:\n%s", pattern, console)
+	})
+	return lease, ping
+}
+
+// markerFields are a marker's key=value fields; a value runs to the next
+// key (dns may hold several addresses).
+func markerFields(s string) map[string]string {
+	out := map[string]string{}
+	key := ""
+	for _, w := range strings.Fields(s) {
+		if k, v, ok := strings.Cut(w, "="); ok {
+			key, out[k] = k, v
+			continue
+		}
+		if key != "" {
+			out[key] = strings.TrimSpace(out[key] + " " + w)
+		}
+	}
+	return out
+}
+
+// podNameservers are the IPv4 nameservers of the pod's resolv.conf (compute's,
+// by host PID), or 8.8.8.8 without any: what KubeVirt's DHCP server hands
+// the guest (pkg/network/dns, ParseNameservers).
+func podNameservers(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/root/etc/resolv.conf", pid))
+	Expect(err).NotTo(HaveOccurred(), "the pod's resolv.conf")
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == "nameserver" {
+			if a, err := netip.ParseAddr(f[1]); err == nil && a.Is4() {
+				out = append(out, a.String())
+			}
+		}
+	}
+	if len(out) == 0 {
+		out = []string{"8.8.8.8"}
+	}
+	return out
+}
 
 // computeName is the compute container's podman name (kubelet's form).
 func computeName(pod *k8sv1.Pod) string {

@@ -3,7 +3,8 @@
 # that virt-launcher's --image-dir reads:
 #   OUT/images.json                      reference -> folder index
 #   OUT/test-guest/boot/vmlinuz          Debian's linux-image kernel
-#   OUT/test-guest/boot/initrd.img       busybox initramfs with our /init
+#   OUT/test-guest/boot/initrd.img       busybox initramfs with our /init (and
+#                                        udhcpc's script, bin/harness-dhcp)
 #   OUT/test-guest/disk/disk.img         a 4 MiB raw disk for disk faults
 # A complete OUT/test-guest is reused as it is; delete it to rebuild. Only
 # OUT/test-guest and this entry of images.json are written: other images in
@@ -17,7 +18,8 @@ ref=${GUEST_REF:-localhost/crashloop/test-guest:latest}
 . "$here/../index.sh"
 
 if [[ -f "$out/test-guest/boot/vmlinuz" && -f "$out/test-guest/boot/initrd.img" \
-	&& "$out/test-guest/boot/initrd.img" -nt "$here/init" ]]; then
+	&& "$out/test-guest/boot/initrd.img" -nt "$here/init" \
+	&& "$out/test-guest/boot/initrd.img" -nt "$here/harness-dhcp" ]]; then
 	index_set "$out/images.json" "$ref" test-guest
 	echo "guest image: reusing $out/test-guest"
 	exit 0
@@ -36,11 +38,12 @@ kver=${kpkg#linux-image-}
 mkdir -p "$work/root/bin" "$work/root/lib/modules" "$work/root/etc"
 cp /bin/busybox "$work/root/bin/busybox"
 cp "$here/init" "$work/root/init"
+cp "$here/harness-dhcp" "$work/root/bin/harness-dhcp"
 mods="$work/k/lib/modules/$kver/kernel"
 for m in drivers/virtio/virtio.ko drivers/virtio/virtio_ring.ko drivers/virtio/virtio_pci_legacy_dev.ko \
 	drivers/virtio/virtio_pci_modern_dev.ko drivers/virtio/virtio_pci.ko drivers/block/virtio_blk.ko \
 	drivers/misc/pvpanic/pvpanic.ko drivers/misc/pvpanic/pvpanic-mmio.ko drivers/acpi/button.ko \
-	drivers/input/evdev.ko; do
+	drivers/input/evdev.ko net/core/failover.ko drivers/net/net_failover.ko drivers/net/virtio_net.ko; do
 	src="$mods/$m"
 	[[ -f "$src" ]] || src=$(ls "$src".* 2>/dev/null | head -n1)
 	[[ -f "$src" ]] || { echo "build.sh: module $m missing from $kpkg" >&2; exit 1; }

@@ -101,8 +101,8 @@ const podTap = "tap0"
 // exists in this network namespace (virt-handler sets the pod network up
 // before its first SyncVirtualMachine, as for KubeVirt's launcher), else
 // QEMU's user-mode network, as where nothing set a pod network up (the
-// conformance suite, a VMI without one).
-func podNetwork() string {
+// conformance suite, a VMI without one). A variable for unit tests.
+var podNetwork = func() string {
 	if _, err := net.InterfaceByName(podTap); err == nil {
 		return launcherapi.PodNetworkKubeVirtTap
 	}

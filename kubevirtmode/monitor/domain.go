@@ -1,8 +1,6 @@
 package monitor
 
 import (
-	"net"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	v1 "kubevirt.io/api/core/v1"
 
@@ -23,43 +21,6 @@ func newDomain(vmi *v1.VirtualMachineInstance, graceSeconds int64) *api.Domain {
 	}
 	d.SetState(api.Shutoff, api.ReasonUnknown)
 	return d
-}
-
-// tapInterfaces are the domain's interfaces as KubeVirt's launcher
-// reports them when virt-handler set the pod network up (tap0 in the
-// pod; our launcher then plugs the NIC into it, --pod-network
-// kubevirt-tap): for each interface on the pod network with the
-// masquerade or bridge binding, the ethernet interface on tap0 with the
-// alias ua-NAME and the VMI's MAC address or else eth0's, as the
-// converter renders it. virt-handler builds the VMI's status.interfaces
-// from these (its netstat reads the domain's interfaces) and gives each
-// the pod's IP from its phase-1 cache. None without tap0: nothing set a
-// pod network up, and our launcher's user-mode NIC is not reported.
-func tapInterfaces(vmi *v1.VirtualMachineInstance) []api.Interface {
-	if podNetwork() != launcherapi.PodNetworkKubeVirtTap {
-		return nil
-	}
-	podNets := map[string]bool{}
-	for _, n := range vmi.Spec.Networks {
-		podNets[n.Name] = n.Pod != nil
-	}
-	ethMAC := ""
-	if eth, err := net.InterfaceByName("eth0"); err == nil {
-		ethMAC = eth.HardwareAddr.String()
-	}
-	var out []api.Interface
-	for _, iface := range vmi.Spec.Domain.Devices.Interfaces {
-		if !podNets[iface.Name] || (iface.Masquerade == nil && iface.Bridge == nil) {
-			continue
-		}
-		mac := iface.MacAddress
-		if mac == "" {
-			mac = ethMAC
-		}
-		out = append(out, api.Interface{Type: "ethernet", Alias: api.NewUserDefinedAlias(iface.Name),
-			MAC: &api.MAC{MAC: mac}, Target: &api.InterfaceTarget{Device: podTap, Managed: "no"}})
-	}
-	return out
 }
 
 // graceSeconds is the VMI's terminationGracePeriodSeconds, else KubeVirt's

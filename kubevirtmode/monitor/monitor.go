@@ -44,6 +44,7 @@ type Monitor struct {
 	mu           sync.Mutex
 	vmi          *v1.VirtualMachineInstance
 	domain       *api.Domain
+	ifaces       []api.Interface // the domain's, as KubeVirt's phase 2 completed them
 	cur          *child
 	children     map[int]*child // by PID, for the reaper
 	starts       int
@@ -91,8 +92,11 @@ func (m *Monitor) exitWith(code int) {
 // Sync is SyncVirtualMachine: the first call starts our launcher on vmi
 // and every call waits until the domain is running (nil) or its start
 // failed (the error virt-handler retries on). It is idempotent: a running
-// or ended domain is left alone, and a failed start is retried.
-func (m *Monitor) Sync(ctx context.Context, vmi *v1.VirtualMachineInstance) error {
+// or ended domain is left alone, and a failed start is retried. Before
+// each start KubeVirt's phase 2 sets the pod network up (setUpPodNetwork,
+// with the request's interface domain attachments), as KubeVirt's
+// launcher does before it defines the domain; its error fails the Sync.
+func (m *Monitor) Sync(ctx context.Context, vmi *v1.VirtualMachineInstance, attachments map[string]string) error {
 	m.mu.Lock()
 	if m.vmi != nil && m.vmi.UID != vmi.UID {
 		defer m.mu.Unlock()
@@ -108,6 +112,12 @@ func (m *Monitor) Sync(ctx context.Context, vmi *v1.VirtualMachineInstance) erro
 		return nil
 	}
 	if m.cur == nil {
+		ifaces, err := setUpPodNetwork(podNetwork(), m.vmi, attachments)
+		if err != nil {
+			m.mu.Unlock()
+			return err
+		}
+		m.ifaces = ifaces
 		m.starts++
 		c, err := startChild(m.f, m.seed, m.vmi, filepath.Join(m.dir, fmt.Sprintf("start-%d", m.starts)), m.stderr)
 		if err != nil {
@@ -196,7 +206,7 @@ func (m *Monitor) onEvent(c *child, ev launcherapi.Event) {
 	case launcherapi.EventScheduled:
 		if m.domain == nil {
 			m.domain = newDomain(m.vmi, graceSeconds(m.vmi))
-			m.domain.Spec.Devices.Interfaces = tapInterfaces(m.vmi)
+			m.domain.Spec.Devices.Interfaces = m.ifaces
 			m.notify.domainEvent(watch.Added, m.domain)
 		}
 		m.setState(api.Shutoff, api.ReasonUnknown)

@@ -34,13 +34,15 @@ func answer(err error) *cmdv1.Response {
 	return &cmdv1.Response{Success: true}
 }
 
-// SyncVirtualMachine starts the VMI's domain, or reports it running.
+// SyncVirtualMachine starts the VMI's domain, or reports it running; the
+// request's options carry the interface domain attachments KubeVirt's
+// phase 2 needs.
 func (s *server) SyncVirtualMachine(ctx context.Context, req *cmdv1.VMIRequest) (*cmdv1.Response, error) {
 	vmi, bad := vmiOf(req)
 	if bad != nil {
 		return bad, nil
 	}
-	err := s.m.Sync(ctx, vmi)
+	err := s.m.Sync(ctx, vmi, req.GetOptions().GetInterfaceDomainAttachment())
 	if err != nil {
 		s.m.log.Warn("failed to sync vmi", "vmi", vmi.Namespace+"/"+vmi.Name, "err", err)
 	}
