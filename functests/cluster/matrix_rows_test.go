@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	v1 "kubevirt.io/api/core/v1"
+	"kubevirt.io/client-go/kubecli"
 
 	"github.com/crashloop-harness/crashloop/functests/cluster"
 	"github.com/crashloop-harness/crashloop/functests/testguest"
@@ -29,8 +30,11 @@ import (
 // kubevirtVersion is the KubeVirt release the cluster runs, as its
 // KubeVirt CR records it (cluster-lite's kubevirt-manifests writes the
 // release it was built from, `make clusterlite KUBEVIRT_VERSION=...`).
-func kubevirtVersion(ctx context.Context) string {
-	list, err := client.KubeVirt(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+func kubevirtVersion(ctx context.Context) string { return kubevirtVersionOf(ctx, client) }
+
+// kubevirtVersionOf is kubevirtVersion of the cluster of kc.
+func kubevirtVersionOf(ctx context.Context, kc kubecli.KubevirtClient) string {
+	list, err := kc.KubeVirt(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	Expect(err).NotTo(HaveOccurred(), "listing the cluster's KubeVirt CRs for the KubeVirt version")
 	for _, kv := range list.Items {
 		if v := kv.Status.ObservedKubeVirtVersion; v != "" {
@@ -113,10 +117,10 @@ func editTemplate(ctx context.Context, p matrixPair, work string, strategy v1.Vi
 	}
 	patch, err := json.Marshal(ops)
 	Expect(err).NotTo(HaveOccurred())
-	_, err = client.VirtualMachine(namespace()).Patch(ctx, p.kvName, types.JSONPatchType, patch, metav1.PatchOptions{})
+	_, err = p.kc.VirtualMachine(namespace()).Patch(ctx, p.kvName, types.JSONPatchType, patch, metav1.PatchOptions{})
 	Expect(err).NotTo(HaveOccurred(), "patching the template of %s: %s", p.kvName, patch)
 
-	vm := crashingVM(p.ourName, strategy, true)
+	vm := matrixVM(p.ourName, strategy, true)
 	vm.Spec.Template.ObjectMeta.Annotations = annotations
 	vm.Spec.Template.ObjectMeta.Labels = labels
 	writeVM(work, vm)
@@ -403,7 +407,7 @@ func runStopWhileScheduled(ctx context.Context, m *matrix, p matrixPair, work st
 	editTemplate(ctx, p, work, v1.RunStrategyAlways, map[string]string{faults.AnnotationPrefix + "launcher-crash": "at=before-libvirt,delay=10m"}, nil)
 
 	kvPhase := func() v1.VirtualMachineInstancePhase {
-		vmi, err := client.VirtualMachineInstance(namespace()).Get(ctx, p.kvName, metav1.GetOptions{})
+		vmi, err := p.kc.VirtualMachineInstance(namespace()).Get(ctx, p.kvName, metav1.GetOptions{})
 		if err != nil {
 			return ""
 		}

@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	v1 "kubevirt.io/api/core/v1"
 
+	"kubevirt.io/client-go/kubecli"
+
 	"github.com/crashloop-harness/crashloop/functests/built"
 	"github.com/crashloop-harness/crashloop/functests/cluster"
 	"github.com/crashloop-harness/crashloop/functests/ctlharness"
@@ -78,6 +80,8 @@ func (o outcome) String() string {
 // matrixPair is one row's two VMs.
 type matrixPair struct {
 	kvName, ourName, state string
+	// kc is the client of the cluster the KubeVirt VM runs on.
+	kc kubecli.KubevirtClient
 	// kvl follows the KubeVirt VM and every VMI of it (also those deleted
 	// within milliseconds of failing), for their phase timestamps.
 	kvl *kvLoop
@@ -86,9 +90,9 @@ type matrixPair struct {
 }
 
 func (p matrixPair) kv(ctx context.Context) (*v1.VirtualMachine, vmState) {
-	vm, err := client.VirtualMachine(namespace()).Get(ctx, p.kvName, metav1.GetOptions{})
+	vm, err := p.kc.VirtualMachine(namespace()).Get(ctx, p.kvName, metav1.GetOptions{})
 	Expect(err).NotTo(HaveOccurred())
-	_, err = client.VirtualMachineInstance(namespace()).Get(ctx, p.kvName, metav1.GetOptions{})
+	_, err = p.kc.VirtualMachineInstance(namespace()).Get(ctx, p.kvName, metav1.GetOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		Expect(err).NotTo(HaveOccurred())
 	}
@@ -101,7 +105,7 @@ func (p matrixPair) ours(ctx context.Context) (*v1.VirtualMachine, vmState) {
 }
 
 func (p matrixPair) kvDo(ctx context.Context, op vmops.Op) outcome {
-	vms := client.VirtualMachine(namespace())
+	vms := p.kc.VirtualMachine(namespace())
 	var err error
 	switch op {
 	case vmops.OpStart:
@@ -188,6 +192,8 @@ var _ = Describe("differential matrix: the same requests on KubeVirt's controlle
 		state  string
 		suffix string
 		m      matrix
+		stack  matrixSide
+		began  time.Time
 	)
 	type plan struct {
 		id       string
@@ -200,13 +206,17 @@ var _ = Describe("differential matrix: the same requests on KubeVirt's controlle
 		// instead of a request.
 		haltedEdit bool
 		// vm builds the row's VM when it is not the fail-fast one
-		// (crashingVM); testGuest as for crashingVM.
+		// (crashingVM); testGuest as for crashingVM. Every row's VMs get
+		// the pod network of withPodNetwork.
 		vm func(name string, testGuest bool) *v1.VirtualMachine
 		// run drives a row that is not requests in backoff
 		// (matrix_rows_test.go) instead of runPlan.
 		run func(ctx context.Context, m *matrix, p matrixPair, work string)
 		// needsLite: the row needs our launcher on the cluster's node
-		// (its faults, the test guest), so it runs on cluster-lite only.
+		// (its faults, the test guest), so it runs on cluster-lite only,
+		// on either node side: under KubeVirt's virt-handler our launcher
+		// image runs in KubeVirt mode and reads its faults from the VMI's
+		// annotations.
 		needsLite bool
 	}
 	plans := []plan{
@@ -229,7 +239,9 @@ var _ = Describe("differential matrix: the same requests on KubeVirt's controlle
 	}
 	pairs := map[string]matrixPair{}
 
-	BeforeAll(func() {
+	BeforeAll(func(sctx SpecContext) {
+		stack = matrixStack(sctx)
+		fmt.Fprintln(GinkgoWriter, stack.describe())
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(context.Background())
 		DeferCleanup(cancel)
@@ -250,17 +262,18 @@ var _ = Describe("differential matrix: the same requests on KubeVirt's controlle
 				fmt.Fprintf(GinkgoWriter, "row %s left out: it needs our launcher on the cluster's node (cluster-lite)\n", p.id)
 				continue
 			}
-			pair := matrixPair{kvName: "kv-" + p.id + "-" + suffix, ourName: "ours-" + p.id + "-" + suffix, state: state}
-			pair.kvl = &kvLoop{name: pair.kvName, strategy: p.strategy, attempts: map[types.UID]cluster.Attempt{}}
-			build := p.vm
-			if build == nil {
-				build = func(name string, testGuest bool) *v1.VirtualMachine { return crashingVM(name, p.strategy, testGuest) }
+			pair := matrixPair{kvName: "kv-" + p.id + "-" + suffix, ourName: "ours-" + p.id + "-" + suffix, state: state, kc: stack.kc}
+			pair.kvl = &kvLoop{name: pair.kvName, strategy: p.strategy, kc: stack.kc, attempts: map[types.UID]cluster.Attempt{}}
+			build := func(name string, testGuest bool) *v1.VirtualMachine { return crashingVM(name, p.strategy, testGuest) }
+			if p.vm != nil {
+				build = p.vm
 			}
-			createOnCluster(ctx, build(pair.kvName, lite != nil))
+			createVMs(ctx, stack.kc, withPodNetwork(build(pair.kvName, lite != nil)))
 			pair.kvl.follow(ctx)
-			manifests = append(manifests, writeVM(work, build(pair.ourName, true)))
+			manifests = append(manifests, writeVM(work, withPodNetwork(build(pair.ourName, true))))
 			pairs[p.id] = pair
 		}
+		began = time.Now()
 		proc := ctlharness.Start(bins, state, work, int(time.Now().UnixNano()%1000), nil, manifests...)
 		for id, pair := range pairs {
 			pair.proc = proc
@@ -288,15 +301,18 @@ var _ = Describe("differential matrix: the same requests on KubeVirt's controlle
 		}
 		wg.Wait()
 
-		version := kubevirtVersion(ctx)
+		took := time.Since(began)
+		version := kubevirtVersionOf(ctx, stack.kc)
 		md := m.markdown(version)
 		fmt.Fprint(GinkgoWriter, md)
 		out := built.Path("artifacts", "fidelity.md")
-		header := "# Fidelity to KubeVirt " + version + ", observed by the cluster lane\n\n" +
+		header := "# Fidelity to KubeVirt " + version + ", observed by the cluster lane\n\n" + stack.describe() + "\n\n" +
 			"Each row: the same manifest on KubeVirt's virt-controller and virt-api (cluster-lite) and on ours, " +
 			"the same request, compared field by field (startFailure count and UID, printableStatus, whether a VMI exists, " +
-			"stateChangeRequests, runStrategy) and by outcome (HTTP status against our exit code and message).\n\n"
+			"stateChangeRequests, runStrategy) and by outcome (HTTP status against our exit code and message). " +
+			fmt.Sprintf("%d rows, all at once, in %s.\n\n", len(pairs), took.Round(time.Second))
 		Expect(os.WriteFile(out, []byte(header+md), 0o644)).To(Succeed())
+		AddReportEntry("cluster-matrix", fmt.Sprintf("%s %d rows in %s", stack.describe(), len(pairs), took.Round(time.Second)))
 		for _, r := range m.rows {
 			Expect(r.OK).To(BeTrue(), "row %s (%s): KubeVirt %s, ours %s: %s", r.ID, r.Rule, r.KubeVirt, r.Ours, r.Verdict)
 		}
@@ -341,9 +357,9 @@ func runPlan(ctx context.Context, m *matrix, p matrixPair, id string, strategy v
 
 	if haltedEdit {
 		halt := []byte(`[{"op":"replace","path":"/spec/runStrategy","value":"Halted"}]`)
-		_, err := client.VirtualMachine(namespace()).Patch(ctx, p.kvName, types.JSONPatchType, halt, metav1.PatchOptions{})
+		_, err := p.kc.VirtualMachine(namespace()).Patch(ctx, p.kvName, types.JSONPatchType, halt, metav1.PatchOptions{})
 		Expect(err).NotTo(HaveOccurred())
-		writeVM(work, crashingVM(p.ourName, v1.RunStrategyHalted, true))
+		writeVM(work, matrixVM(p.ourName, v1.RunStrategyHalted, true))
 		var kvRS, ourRS string
 		Eventually(func() bool {
 			_, k := p.kv(ctx)
