@@ -3,6 +3,8 @@ package cluster_test
 import (
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
 	v1 "kubevirt.io/api/core/v1"
@@ -108,4 +110,49 @@ func withPodNetwork(vm *v1.VirtualMachine) *v1.VirtualMachine {
 // network.
 func matrixVM(name string, strategy v1.VirtualMachineRunStrategy, testGuest bool) *v1.VirtualMachine {
 	return withPodNetwork(crashingVM(name, strategy, testGuest))
+}
+
+// Where the two node sides differ for a launcher that fails at once (the
+// fail-fast rows' VMIs), as the row's first failed KubeVirt VMI shows it.
+// virt-controller hands a VMI over (Scheduled) only once its pod is ready,
+// and fails it itself while it is Scheduling when the pod is down
+// (Controller.updateStatus, pkg/virt-controller/watch/vmi/lifecycle.go,
+// IsPodReady and IsPodDownOrGoingDown). Our node agent as virt-handler
+// reports the pod Running when compute starts, so the VMI is handed over
+// and the agent fails it; as kubelet under KubeVirt's virt-handler it
+// reports Running only once podman shows every container running, as
+// kubelet does from the runtime's state, and the fail-fast compute ends
+// first: virt-controller fails the VMI while Scheduling and virt-handler
+// never sees it. The VM controller counts a final VMI that never ran
+// whoever wrote its phase, so the rows' compared fields do not move.
+var failedPathBySide = map[string]struct{ phases, manager, verdict string }{
+	nodeSideVirtHandler: {"Pending → Scheduling → Failed", "virt-controller",
+		"virt-handler: failed by virt-controller while Scheduling, its pod down before it was ready (never handed over)"},
+	nodeSideAgent: {"Pending → Scheduling → Scheduled → Failed", "clusterlite",
+		"agent: handed over (Scheduled) once compute started, failed by the agent as virt-handler"},
+}
+
+// addFailedPath records the phases and field managers of the row's first
+// failed KubeVirt VMI against its node side's expectation
+// (failedPathBySide); on a cluster at KUBECONFIG it only records them.
+func addFailedPath(m *matrix, id string, p matrixPair) {
+	const rule = "the first failed VMI's phases and field managers on KubeVirt's side (the node side's part)"
+	const ours = "(not compared: our controller runs its launcher itself)"
+	vmi := p.kvl.firstFailed()
+	if vmi == nil {
+		m.expect(id, rule, "no failed VMI seen", ours, false, "a failed VMI")
+		return
+	}
+	managers := managersOf(vmi.ManagedFields)
+	kv := fmt.Sprintf("%s, managers %s", phasePath(vmi), strings.Join(managers, ", "))
+	want, checked := failedPathBySide[p.side]
+	if !checked {
+		m.expect(id, rule, kv, ours, true, "recorded, not checked: the cluster's own node side")
+		return
+	}
+	// virt-handler writes to neither side's failed VMI, the agent only
+	// where it plays virt-handler.
+	ok := phasePath(vmi) == want.phases && slices.Contains(managers, want.manager) && !slices.Contains(managers, "virt-handler") &&
+		(p.side == nodeSideAgent || !slices.Contains(managers, "clusterlite"))
+	m.expect(id, rule, kv, ours, ok, want.verdict)
 }

@@ -80,8 +80,10 @@ func (o outcome) String() string {
 // matrixPair is one row's two VMs.
 type matrixPair struct {
 	kvName, ourName, state string
-	// kc is the client of the cluster the KubeVirt VM runs on.
-	kc kubecli.KubevirtClient
+	// kc is the client of the cluster the KubeVirt VM runs on, and side
+	// that cluster's node side (matrixSide.side).
+	kc   kubecli.KubevirtClient
+	side string
 	// kvl follows the KubeVirt VM and every VMI of it (also those deleted
 	// within milliseconds of failing), for their phase timestamps.
 	kvl *kvLoop
@@ -165,6 +167,20 @@ func (m *matrix) add(id, rule, kv, ours string, same bool, deviation string) {
 	default:
 		r.Verdict = "DIFFERENT"
 	}
+	m.append(r)
+}
+
+// expect records a row checked against a written expectation instead of
+// against our controller: ok says whether it held, verdict names it.
+func (m *matrix) expect(id, rule, kv, ours string, ok bool, verdict string) {
+	r := matrixRow{ID: id, Rule: rule, KubeVirt: kv, Ours: ours, Verdict: verdict, OK: ok}
+	if !ok {
+		r.Verdict = "DIFFERENT from the expectation: " + verdict
+	}
+	m.append(r)
+}
+
+func (m *matrix) append(r matrixRow) {
 	m.mu.Lock()
 	m.rows = append(m.rows, r)
 	m.mu.Unlock()
@@ -262,7 +278,7 @@ var _ = Describe("differential matrix: the same requests on KubeVirt's controlle
 				fmt.Fprintf(GinkgoWriter, "row %s left out: it needs our launcher on the cluster's node (cluster-lite)\n", p.id)
 				continue
 			}
-			pair := matrixPair{kvName: "kv-" + p.id + "-" + suffix, ourName: "ours-" + p.id + "-" + suffix, state: state, kc: stack.kc}
+			pair := matrixPair{kvName: "kv-" + p.id + "-" + suffix, ourName: "ours-" + p.id + "-" + suffix, state: state, kc: stack.kc, side: stack.side}
 			pair.kvl = &kvLoop{name: pair.kvName, strategy: p.strategy, kc: stack.kc, attempts: map[types.UID]cluster.Attempt{}}
 			build := func(name string, testGuest bool) *v1.VirtualMachine { return crashingVM(name, p.strategy, testGuest) }
 			if p.vm != nil {
@@ -320,25 +336,13 @@ var _ = Describe("differential matrix: the same requests on KubeVirt's controlle
 })
 
 // runPlan drives one row: into the situation, then each request on both
-// controllers, comparing outcomes and the fields they lead to.
+// controllers, comparing outcomes and the fields they lead to. In a
+// backoff each side gets its first request (or the Halted edit) at its own
+// moment, at the same count (atBackoff).
 func runPlan(ctx context.Context, m *matrix, p matrixPair, id string, strategy v1.VirtualMachineRunStrategy, ops []vmops.Op, deviation string, haltedEdit bool, work string) {
-	if strategy != v1.RunStrategyManual {
-		// In the backoff of the first or a later failure, with time left
-		// for the requests.
-		ready := func(vm *v1.VirtualMachine, s vmState) bool {
-			if strategy == v1.RunStrategyOnce {
-				return s.Count >= 1
-			}
-			// 20 s: the requests of all rows at once on a loaded
-			// machine, well inside the backoff of failure 2 (40-60 s).
-			return inBackoff(vm, s, 20*time.Second)
-		}
-		Eventually(func() bool {
-			kvVM, kvS := p.kv(ctx)
-			ourVM, ourS := p.ours(ctx)
-			return ready(kvVM, kvS) && ready(ourVM, ourS) && kvS.Count == ourS.Count
-		}).WithTimeout(5*time.Minute).WithPolling(250*time.Millisecond).Should(BeTrue(), "row %s never in backoff on both", id)
-	}
+	var kvO, ourO outcome
+	var kvVM, ourVM *v1.VirtualMachine
+	var kvS, ourS vmState
 	if strategy == v1.RunStrategyManual {
 		// A VM just created has no printable status until each
 		// controller's first sync.
@@ -347,19 +351,36 @@ func runPlan(ctx context.Context, m *matrix, p matrixPair, id string, strategy v
 			_, o := p.ours(ctx)
 			return k.Printable != "" && o.Printable != ""
 		}).WithTimeout(time.Minute).WithPolling(250*time.Millisecond).Should(BeTrue(), "row %s: no printable status", id)
+		kvVM, kvS = p.kv(ctx)
+		ourVM, ourS = p.ours(ctx)
+	} else {
+		// Once never retries: its one failure, its VMI kept. The others:
+		// failure matrixCount, with 20 s left for the request on a loaded
+		// machine (the backoff of failure 2 is 40-60 s).
+		ready := func(vm *v1.VirtualMachine, s vmState) bool {
+			if strategy == v1.RunStrategyOnce {
+				return s.Count == 1
+			}
+			return s.Count == matrixCount && inBackoff(vm, s, 20*time.Second)
+		}
+		kvAct, ourAct := func() { kvO = p.kvDo(ctx, ops[0]) }, func() { ourO = p.ourDo(ops[0]) }
+		if haltedEdit {
+			halt := []byte(`[{"op":"replace","path":"/spec/runStrategy","value":"Halted"}]`)
+			kvAct = func() {
+				_, err := p.kc.VirtualMachine(namespace()).Patch(ctx, p.kvName, types.JSONPatchType, halt, metav1.PatchOptions{})
+				Expect(err).NotTo(HaveOccurred())
+			}
+			ourAct = func() { writeVM(work, matrixVM(p.ourName, v1.RunStrategyHalted, true)) }
+		}
+		kvVM, ourVM, kvS, ourS = atBackoff(ctx, p, id, ready, kvAct, ourAct)
 	}
-	kvVM, kvS := p.kv(ctx)
-	ourVM, ourS := p.ours(ctx)
 	m.add(id+" 0", fmt.Sprintf("%s, before any request (in backoff)", strategy), kvS.String(), ourS.String(), kvS == ourS, "")
 	if strategy != v1.RunStrategyManual {
 		addRetryBand(m, id+" 0r", p, kvVM, ourVM)
+		addFailedPath(m, id+" 0p", p)
 	}
 
 	if haltedEdit {
-		halt := []byte(`[{"op":"replace","path":"/spec/runStrategy","value":"Halted"}]`)
-		_, err := p.kc.VirtualMachine(namespace()).Patch(ctx, p.kvName, types.JSONPatchType, halt, metav1.PatchOptions{})
-		Expect(err).NotTo(HaveOccurred())
-		writeVM(work, matrixVM(p.ourName, v1.RunStrategyHalted, true))
 		var kvRS, ourRS string
 		Eventually(func() bool {
 			_, k := p.kv(ctx)
@@ -372,43 +393,52 @@ func runPlan(ctx context.Context, m *matrix, p matrixPair, id string, strategy v
 	}
 
 	for i, op := range ops {
-		_, kvBefore := p.kv(ctx)
-		_, ourBefore := p.ours(ctx)
-		kvO, ourO := p.kvDo(ctx, op), p.ourDo(op)
+		kvBefore, ourBefore := kvS, ourS
+		if i > 0 || strategy == v1.RunStrategyManual {
+			_, kvBefore = p.kv(ctx)
+			_, ourBefore = p.ours(ctx)
+			kvO, ourO = p.kvDo(ctx, op), p.ourDo(op)
+		}
 		dev := ""
 		if i == len(ops)-1 {
 			dev = deviation
 		}
-		rule := fmt.Sprintf("%s: %s, %s", op, strategy, kvBefore.Printable)
-		same := sameOutcome(kvO, ourO)
-		m.add(fmt.Sprintf("%s %d", id, i+1), rule, kvO.String(), ourO.String(), same, dev)
-		if kvO.Code != http.StatusAccepted && ourO.Code != http.StatusAccepted {
-			// A refusal changes nothing, on either side.
-			_, kvAfter := p.kv(ctx)
-			_, ourAfter := p.ours(ctx)
-			m.add(fmt.Sprintf("%s %d'", id, i+1), rule+": state after the refusal", kvAfter.String(), ourAfter.String(),
-				kvAfter == kvBefore && ourAfter == ourBefore && kvAfter == ourAfter, "")
-			continue
-		}
-		// Accepted on at least one side: where both end up. A row that
-		// expects them to agree waits for that (up to a minute); the
-		// deviation row takes each side once it holds still.
-		var kvAfter, ourAfter vmState
-		if dev == "" {
-			// The row records the last pair seen when they never agree.
-			for deadline := time.Now().Add(time.Minute); ; {
-				_, kvAfter = p.kv(ctx)
-				_, ourAfter = p.ours(ctx)
-				if kvAfter == ourAfter || time.Now().After(deadline) {
-					break
-				}
-				<-time.After(200 * time.Millisecond)
-			}
-		} else {
-			kvAfter, ourAfter = settle(func() vmState { _, s := p.kv(ctx); return s }), settle(func() vmState { _, s := p.ours(ctx); return s })
-		}
-		m.add(fmt.Sprintf("%s %d'", id, i+1), rule+": state after", kvAfter.String(), ourAfter.String(), kvAfter == ourAfter, dev)
+		compareRequest(ctx, m, p, fmt.Sprintf("%s %d", id, i+1), fmt.Sprintf("%s: %s, %s", op, strategy, kvBefore.Printable), kvO, ourO, kvBefore, ourBefore, dev)
 	}
+}
+
+// compareRequest records one request's outcomes on both sides and where
+// it leaves them; before is each side's state just before its request.
+func compareRequest(ctx context.Context, m *matrix, p matrixPair, id, rule string, kvO, ourO outcome, kvBefore, ourBefore vmState, dev string) {
+	m.add(id, rule, kvO.String(), ourO.String(), sameOutcome(kvO, ourO), dev)
+	if kvO.Code != http.StatusAccepted && ourO.Code != http.StatusAccepted {
+		// A refusal changes nothing, on either side.
+		_, kvAfter := p.kv(ctx)
+		_, ourAfter := p.ours(ctx)
+		m.add(id+"'", rule+": state after the refusal", kvAfter.String(), ourAfter.String(),
+			kvAfter == kvBefore && ourAfter == ourBefore && kvAfter == ourAfter, "")
+		return
+	}
+	// Accepted on at least one side: where both end up. A row that
+	// expects them to agree waits for that (up to 3 minutes: under
+	// KubeVirt's virt-handler a VMI started while the other rows' pods
+	// start, on 2 cores, fails about a minute later); the deviation row
+	// takes each side once it holds still.
+	var kvAfter, ourAfter vmState
+	if dev == "" {
+		// The row records the last pair seen when they never agree.
+		for deadline := time.Now().Add(3 * time.Minute); ; {
+			_, kvAfter = p.kv(ctx)
+			_, ourAfter = p.ours(ctx)
+			if kvAfter == ourAfter || time.Now().After(deadline) {
+				break
+			}
+			<-time.After(200 * time.Millisecond)
+		}
+	} else {
+		kvAfter, ourAfter = settle(func() vmState { _, s := p.kv(ctx); return s }), settle(func() vmState { _, s := p.ours(ctx); return s })
+	}
+	m.add(id+"'", rule+": state after", kvAfter.String(), ourAfter.String(), kvAfter == ourAfter, dev)
 }
 
 // settle polls a state until it holds still for 3 s (at most 30 s)
