@@ -81,7 +81,8 @@ const matrixCount = 2
 // atBackoff waits on each side, in its own time, until its VM is ready
 // (in backoff at the count the row wants), and then runs that side's act
 // at once; it returns both VMs and states as they were just before the
-// acts. The two sides draw their delays independently and a KubeVirt
+// acts, and our controller's exact retry time then (for addRetryBand: an
+// act may change it). The two sides draw their delays independently and a KubeVirt
 // attempt lasts as long as its pod takes to fail, which under KubeVirt's
 // virt-handler is the pod's start (sandbox, pod network, init containers:
 // 5 s alone, up to 40 s while the other rows' pods start on 2 cores), so
@@ -89,7 +90,7 @@ const matrixCount = 2
 // backoff at once made the rows meet only at count 4 or 5, or not at all.
 // A side's VM controller decides by its own record, not by the other's
 // clock, so each is compared at the same count, not at the same moment.
-func atBackoff(ctx context.Context, p matrixPair, id string, ready func(*v1.VirtualMachine, vmState) bool, kvAct, ourAct func()) (kvVM, ourVM *v1.VirtualMachine, kvS, ourS vmState) {
+func atBackoff(ctx context.Context, p matrixPair, id string, ready func(*v1.VirtualMachine, vmState) bool, kvAct, ourAct func()) (kvVM, ourVM *v1.VirtualMachine, kvS, ourS vmState, ourRetry *time.Time) {
 	wait := func(who string, get func() (*v1.VirtualMachine, vmState), vm **v1.VirtualMachine, s *vmState, act func()) func() {
 		return func() {
 			Eventually(func() bool {
@@ -103,8 +104,12 @@ func atBackoff(ctx context.Context, p matrixPair, id string, ready func(*v1.Virt
 	}
 	bothSides(
 		wait("KubeVirt", func() (*v1.VirtualMachine, vmState) { return p.kv(ctx) }, &kvVM, &kvS, kvAct),
-		wait("ours", func() (*v1.VirtualMachine, vmState) { return p.ours(ctx) }, &ourVM, &ourS, ourAct))
-	return kvVM, ourVM, kvS, ourS
+		wait("ours", func() (*v1.VirtualMachine, vmState) {
+			snap := p.ourSnapshot(ctx)
+			ourRetry = snap.RetryAfter
+			return snap.VM, stateOf(snap.VM, snap.VMI != nil)
+		}, &ourVM, &ourS, ourAct))
+	return kvVM, ourVM, kvS, ourS, ourRetry
 }
 
 // inBackoffAt is atBackoff's readiness of the rows of matrix_rows_test.go:
@@ -189,7 +194,7 @@ func (e templateEdit) ours(p matrixPair, work string, strategy v1.VirtualMachine
 // editInBackoff makes the edit on each side once that side is in backoff
 // at failure matrixCount with more than minLeft to wait (atBackoff), and
 // returns both as they were just before.
-func (e templateEdit) editInBackoff(ctx context.Context, p matrixPair, id, work string, minLeft time.Duration) (kvVM, ourVM *v1.VirtualMachine, kvS, ourS vmState) {
+func (e templateEdit) editInBackoff(ctx context.Context, p matrixPair, id, work string, minLeft time.Duration) (kvVM, ourVM *v1.VirtualMachine, kvS, ourS vmState, ourRetry *time.Time) {
 	return atBackoff(ctx, p, id, inBackoffAt(minLeft), func() { e.kv(ctx, p) }, func() { e.ours(p, work, v1.RunStrategyAlways) })
 }
 
@@ -239,8 +244,7 @@ const (
 // VMI's final phase (its Failed, Succeeded or Exited event for the UID in
 // status.startFailure.lastFailedVMIUID), against the exact retry time of
 // its status (the JSON status has whole seconds only).
-func addRetryBand(m *matrix, id string, p matrixPair, kvVM, ourVM *v1.VirtualMachine) {
-	ourRetry := p.ourSnapshot(context.Background()).RetryAfter
+func addRetryBand(m *matrix, id string, p matrixPair, kvVM, ourVM *v1.VirtualMachine, ourRetry *time.Time) {
 	kvText, kvOK := bandText(kvVM.Status.StartFailure, nil, p.kvFinalAt, kvBandSlack)
 	ourText, ourOK := bandText(ourVM.Status.StartFailure, ourRetry, p.ourFinalAt, ourBandSlack)
 	m.add(id, "retryAfterTimestamp minus the failure's time inside KubeVirt's band for the count (10 s·n² to 15 s·n², at most 300 s)",
@@ -319,7 +323,7 @@ func isRunning(s vmState) bool { return s.Printable == string(v1.VirtualMachineS
 // the record is cleared (rule C3).
 func runClearOnRunning(ctx context.Context, m *matrix, p matrixPair, work string) {
 	const id = "clear-running"
-	_, _, kvS, ourS := templateEdit{annotations: map[string]string{}}.editInBackoff(ctx, p, id, work, 0)
+	_, _, kvS, ourS, _ := templateEdit{annotations: map[string]string{}}.editInBackoff(ctx, p, id, work, 0)
 	m.add(id+" 0", "Always, fail-fast, in backoff", kvS.String(), ourS.String(), kvS == ourS, "")
 	ok := func(s vmState) bool { return isRunning(s) && s.Count == 0 }
 	kvS, _ = waitState(func() vmState { _, s := p.kv(ctx); return s }, ok, 4*time.Minute)
@@ -336,7 +340,7 @@ func runClearOnRunning(ctx context.Context, m *matrix, p matrixPair, work string
 func runFailureAfterRunning(ctx context.Context, m *matrix, p matrixPair, work string) {
 	const id = "running-fail"
 	edit := templateEdit{annotations: map[string]string{faults.AnnotationPrefix + "qemu-kill": "after=30s"}}
-	_, _, kvS, ourS := edit.editInBackoff(ctx, p, id, work, 0)
+	_, _, kvS, ourS, _ := edit.editInBackoff(ctx, p, id, work, 0)
 	m.add(id+" 0", "Always, fail-fast, in backoff", kvS.String(), ourS.String(), kvS == ourS, "")
 
 	// Each side: a VMI that ran and failed, and the next one Running.
@@ -404,9 +408,9 @@ func runRerunSucceeded(ctx context.Context, m *matrix, p matrixPair, _ string) {
 func runTemplateEdit(ctx context.Context, m *matrix, p matrixPair, work string) {
 	const id = "template-edit"
 	edit := templateEdit{annotations: map[string]string{failFast: ""}, labels: map[string]string{"crashloop.dev/matrix-edit": "1"}}
-	kvVM, ourVM, kvS, ourS := edit.editInBackoff(ctx, p, id, work, 20*time.Second)
+	kvVM, ourVM, kvS, ourS, ourRetry := edit.editInBackoff(ctx, p, id, work, 20*time.Second)
 	m.add(id+" 0", "Always, fail-fast, in backoff", kvS.String(), ourS.String(), kvS == ourS, "")
-	addRetryBand(m, id+" 0r", p, kvVM, ourVM)
+	addRetryBand(m, id+" 0r", p, kvVM, ourVM, ourRetry)
 	kvBefore, ourBefore := *kvVM.Status.StartFailure, *ourVM.Status.StartFailure
 
 	record := func(vm *v1.VirtualMachine) v1.VirtualMachineStartFailure {
@@ -464,7 +468,7 @@ func runStopWhileScheduled(ctx context.Context, m *matrix, p matrixPair, work st
 	// more fail-fast VMI (seen on CI: KubeVirt 1, ours 2). Our controller
 	// rereads manifests every 250 ms; 5 s of the backoff left is ample.
 	edit := templateEdit{annotations: map[string]string{faults.AnnotationPrefix + "launcher-crash": "at=before-libvirt,delay=10m"}}
-	_, _, kvS, ourS := edit.editInBackoff(ctx, p, id, work, 5*time.Second)
+	_, _, kvS, ourS, _ := edit.editInBackoff(ctx, p, id, work, 5*time.Second)
 	m.add(id+" 0", "Always, fail-fast, in backoff", kvS.String(), ourS.String(), kvS == ourS, "")
 
 	kvPhase := func() v1.VirtualMachineInstancePhase {

@@ -343,6 +343,7 @@ func runPlan(ctx context.Context, m *matrix, p matrixPair, id string, strategy v
 	var kvO, ourO outcome
 	var kvVM, ourVM *v1.VirtualMachine
 	var kvS, ourS vmState
+	var ourRetry *time.Time
 	if strategy == v1.RunStrategyManual {
 		// A VM just created has no printable status until each
 		// controller's first sync.
@@ -372,11 +373,11 @@ func runPlan(ctx context.Context, m *matrix, p matrixPair, id string, strategy v
 			}
 			ourAct = func() { writeVM(work, matrixVM(p.ourName, v1.RunStrategyHalted, true)) }
 		}
-		kvVM, ourVM, kvS, ourS = atBackoff(ctx, p, id, ready, kvAct, ourAct)
+		kvVM, ourVM, kvS, ourS, ourRetry = atBackoff(ctx, p, id, ready, kvAct, ourAct)
 	}
 	m.add(id+" 0", fmt.Sprintf("%s, before any request (in backoff)", strategy), kvS.String(), ourS.String(), kvS == ourS, "")
 	if strategy != v1.RunStrategyManual {
-		addRetryBand(m, id+" 0r", p, kvVM, ourVM)
+		addRetryBand(m, id+" 0r", p, kvVM, ourVM, ourRetry)
 		addFailedPath(m, id+" 0p", p)
 	}
 
