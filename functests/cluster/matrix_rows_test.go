@@ -408,11 +408,6 @@ func runRerunSucceeded(ctx context.Context, m *matrix, p matrixPair, _ string) {
 func runTemplateEdit(ctx context.Context, m *matrix, p matrixPair, work string) {
 	const id = "template-edit"
 	edit := templateEdit{annotations: map[string]string{failFast: ""}, labels: map[string]string{"crashloop.dev/matrix-edit": "1"}}
-	kvVM, ourVM, kvS, ourS, ourRetry := edit.editInBackoff(ctx, p, id, work, 20*time.Second)
-	m.add(id+" 0", "Always, fail-fast, in backoff", kvS.String(), ourS.String(), kvS == ourS, "")
-	addRetryBand(m, id+" 0r", p, kvVM, ourVM, ourRetry)
-	kvBefore, ourBefore := *kvVM.Status.StartFailure, *ourVM.Status.StartFailure
-
 	record := func(vm *v1.VirtualMachine) v1.VirtualMachineStartFailure {
 		if vm.Status.StartFailure == nil {
 			return v1.VirtualMachineStartFailure{}
@@ -435,18 +430,32 @@ func runTemplateEdit(ctx context.Context, m *matrix, p matrixPair, work string) 
 		return fmt.Sprintf("changed: count %d→%d, UID %s→%s, retry %v→%v", before.ConsecutiveFailCount, last.ConsecutiveFailCount,
 			before.LastFailedVMIUID, last.LastFailedVMIUID, before.RetryAfterTimestamp, last.RetryAfterTimestamp)
 	}
-	kvText := describe(kvBefore, func() *v1.VirtualMachine { vm, _ := p.kv(ctx); return vm })
-	ourText := describe(ourBefore, func() *v1.VirtualMachine { vm, _ := p.ours(ctx); return vm })
+	// Each side in its own time (atBackoff): the edit, the record after
+	// it, then its next failure, which counts on from the record: n+1.
+	type after struct {
+		text string
+		next vmState
+	}
+	side := func(get func() *v1.VirtualMachine, do func(), a *after, timeout time.Duration) func() {
+		return func() {
+			before := record(get())
+			do()
+			a.text = describe(before, get)
+			want := before.ConsecutiveFailCount + 1
+			a.next, _ = waitState(func() vmState { return stateOf(get(), false) }, func(s vmState) bool { return s.Count >= want }, timeout)
+		}
+	}
+	var kvA, ourA after
+	kvVM, ourVM, kvS, ourS, ourRetry := atBackoff(ctx, p, id, inBackoffAt(20*time.Second),
+		side(func() *v1.VirtualMachine { vm, _ := p.kv(ctx); return vm }, func() { edit.kv(ctx, p) }, &kvA, 2*time.Minute),
+		side(func() *v1.VirtualMachine { vm, _ := p.ours(ctx); return vm }, func() { edit.ours(p, work, v1.RunStrategyAlways) }, &ourA, time.Minute))
+	m.add(id+" 0", "Always, fail-fast, in backoff", kvS.String(), ourS.String(), kvS == ourS, "")
+	addRetryBand(m, id+" 0r", p, kvVM, ourVM, ourRetry)
 	m.add(id+" 1", "Always in backoff, a label added to the template (still failing): the record stands",
-		kvText, ourText, kvText == ourText && strings.HasSuffix(kvText, "unchanged"), "")
-
-	// The retry after the edit fails too and counts on: n+1, not 1.
-	want := kvBefore.ConsecutiveFailCount + 1
-	counted := func(s vmState) bool { return s.Count >= want }
-	kvS, _ = waitState(func() vmState { _, s := p.kv(ctx); return s }, counted, 2*time.Minute)
-	ourS, _ = waitState(func() vmState { _, s := p.ours(ctx); return s }, counted, time.Minute)
+		kvA.text, ourA.text, kvA.text == ourA.text && strings.HasSuffix(kvA.text, "unchanged"), "")
+	want := matrixCount + 1
 	m.add(id+" 2", fmt.Sprintf("the next failure after the edit counts on (%d)", want),
-		fmt.Sprintf("count %d", kvS.Count), fmt.Sprintf("count %d", ourS.Count), kvS.Count == want && ourS.Count == want, "")
+		fmt.Sprintf("count %d", kvA.next.Count), fmt.Sprintf("count %d", ourA.next.Count), kvA.next.Count == want && ourA.next.Count == want, "")
 }
 
 // runStopWhileScheduled: Always, fail-fast, in backoff; the template then

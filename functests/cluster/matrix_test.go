@@ -344,6 +344,9 @@ func runPlan(ctx context.Context, m *matrix, p matrixPair, id string, strategy v
 	var kvVM, ourVM *v1.VirtualMachine
 	var kvS, ourS vmState
 	var ourRetry *time.Time
+	// kvNext and ourNext: each side's state right after its first
+	// request.
+	var kvNext, ourNext vmState
 	if strategy == v1.RunStrategyManual {
 		// A VM just created has no printable status until each
 		// controller's first sync.
@@ -364,7 +367,10 @@ func runPlan(ctx context.Context, m *matrix, p matrixPair, id string, strategy v
 			}
 			return s.Count == matrixCount && inBackoff(vm, s, 20*time.Second)
 		}
-		kvAct, ourAct := func() { kvO = p.kvDo(ctx, ops[0]) }, func() { ourO = p.ourDo(ops[0]) }
+		// Each side's state right after its request, before the other
+		// side's request comes (see compareRequest).
+		kvAct := func() { kvO = p.kvDo(ctx, ops[0]); _, kvNext = p.kv(ctx) }
+		ourAct := func() { ourO = p.ourDo(ops[0]); _, ourNext = p.ours(ctx) }
 		if haltedEdit {
 			halt := []byte(`[{"op":"replace","path":"/spec/runStrategy","value":"Halted"}]`)
 			kvAct = func() {
@@ -399,25 +405,29 @@ func runPlan(ctx context.Context, m *matrix, p matrixPair, id string, strategy v
 			_, kvBefore = p.kv(ctx)
 			_, ourBefore = p.ours(ctx)
 			kvO, ourO = p.kvDo(ctx, op), p.ourDo(op)
+			_, kvNext = p.kv(ctx)
+			_, ourNext = p.ours(ctx)
 		}
 		dev := ""
 		if i == len(ops)-1 {
 			dev = deviation
 		}
-		compareRequest(ctx, m, p, fmt.Sprintf("%s %d", id, i+1), fmt.Sprintf("%s: %s, %s", op, strategy, kvBefore.Printable), kvO, ourO, kvBefore, ourBefore, dev)
+		compareRequest(ctx, m, p, fmt.Sprintf("%s %d", id, i+1), fmt.Sprintf("%s: %s, %s", op, strategy, kvBefore.Printable), kvO, ourO,
+			[2]vmState{kvBefore, kvNext}, [2]vmState{ourBefore, ourNext}, dev)
 	}
 }
 
 // compareRequest records one request's outcomes on both sides and where
-// it leaves them; before is each side's state just before its request.
-func compareRequest(ctx context.Context, m *matrix, p matrixPair, id, rule string, kvO, ourO outcome, kvBefore, ourBefore vmState, dev string) {
+// it leaves them; kv and ours are each side's state just before and just
+// after its request. A refusal is judged on those: each side acts at its
+// own moment, and the side that acted first may have counted its next
+// failure by the time the other one acts.
+func compareRequest(ctx context.Context, m *matrix, p matrixPair, id, rule string, kvO, ourO outcome, kv, ours [2]vmState, dev string) {
 	m.add(id, rule, kvO.String(), ourO.String(), sameOutcome(kvO, ourO), dev)
 	if kvO.Code != http.StatusAccepted && ourO.Code != http.StatusAccepted {
 		// A refusal changes nothing, on either side.
-		_, kvAfter := p.kv(ctx)
-		_, ourAfter := p.ours(ctx)
-		m.add(id+"'", rule+": state after the refusal", kvAfter.String(), ourAfter.String(),
-			kvAfter == kvBefore && ourAfter == ourBefore && kvAfter == ourAfter, "")
+		m.add(id+"'", rule+": state after the refusal", kv[1].String(), ours[1].String(),
+			kv[1] == kv[0] && ours[1] == ours[0] && kv[1] == ours[1], "")
 		return
 	}
 	// Accepted on at least one side: where both end up. A row that
