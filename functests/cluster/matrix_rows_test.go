@@ -394,7 +394,14 @@ func runRerunSucceeded(ctx context.Context, m *matrix, p matrixPair, _ string) {
 	ourGet := func() vmState { _, s := p.ours(ctx); return s }
 	_, kvOK := waitState(kvGet, ended(p.kvAttempts), 4*time.Minute)
 	_, ourOK := waitState(ourGet, ended(p.ourAttempts), 2*time.Minute)
-	// Held still for 3 s: a restart would be at once (no record).
+	// The VM controller deletes the Succeeded VMI (syncRunStrategy,
+	// pkg/virt-controller/watch/vm/vm.go, case RerunOnFailure: stopVMI);
+	// under KubeVirt's virt-handler it goes only once virt-handler's
+	// clean-up removed its finalizer, which can outlast 3 s of stillness.
+	// Then held still for 3 s: a restart would be at once (no record).
+	gone := func(s vmState) bool { return !s.VMI }
+	waitState(kvGet, gone, 2*time.Minute)
+	waitState(ourGet, gone, time.Minute)
 	kvS, ourS := settle(kvGet), settle(ourGet)
 	kvText := fmt.Sprintf("powered off: %v, VMIs made %d; %s", kvOK, len(p.kvAttempts()), kvS)
 	ourText := fmt.Sprintf("powered off: %v, VMIs made %d; %s", ourOK, len(p.ourAttempts()), ourS)
