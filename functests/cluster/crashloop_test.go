@@ -220,6 +220,15 @@ func (l *kvLoop) attemptCount() int {
 // firstFailedPath is the phases the first failed VMI went through and
 // the field managers of its last copy seen: where the two stacks differ.
 func (l *kvLoop) firstFailedPath() string {
+	first := l.firstFailed()
+	if first == nil {
+		return "no failed VMI seen"
+	}
+	return fmt.Sprintf("VMI %s: %s, managers %s", first.UID, phasePath(first), strings.Join(managersOf(first.ManagedFields), ", "))
+}
+
+// firstFailed is the last copy seen of the first VMI seen Failed, or nil.
+func (l *kvLoop) firstFailed() *v1.VirtualMachineInstance {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var first *v1.VirtualMachineInstance
@@ -228,14 +237,17 @@ func (l *kvLoop) firstFailedPath() string {
 			first = vmi
 		}
 	}
-	if first == nil {
-		return "no failed VMI seen"
-	}
+	return first
+}
+
+// phasePath is the phases a VMI went through, from its transition
+// timestamps, joined with arrows.
+func phasePath(vmi *v1.VirtualMachineInstance) string {
 	var phases []string
-	for _, t := range first.Status.PhaseTransitionTimestamps {
+	for _, t := range vmi.Status.PhaseTransitionTimestamps {
 		phases = append(phases, string(t.Phase))
 	}
-	return fmt.Sprintf("VMI %s: %s, managers %s", first.UID, strings.Join(phases, " → "), strings.Join(managersOf(first.ManagedFields), ", "))
+	return strings.Join(phases, " → ")
 }
 
 // loopState is the VM's printable status and whether it carries a

@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
+	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	v1 "kubevirt.io/api/core/v1"
+	"kubevirt.io/client-go/kubecli"
 
 	"github.com/crashloop-harness/crashloop/functests/cluster"
 	"github.com/crashloop-harness/crashloop/functests/testguest"
@@ -29,8 +32,11 @@ import (
 // kubevirtVersion is the KubeVirt release the cluster runs, as its
 // KubeVirt CR records it (cluster-lite's kubevirt-manifests writes the
 // release it was built from, `make clusterlite KUBEVIRT_VERSION=...`).
-func kubevirtVersion(ctx context.Context) string {
-	list, err := client.KubeVirt(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+func kubevirtVersion(ctx context.Context) string { return kubevirtVersionOf(ctx, client) }
+
+// kubevirtVersionOf is kubevirtVersion of the cluster of kc.
+func kubevirtVersionOf(ctx context.Context, kc kubecli.KubevirtClient) string {
+	list, err := kc.KubeVirt(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	Expect(err).NotTo(HaveOccurred(), "listing the cluster's KubeVirt CRs for the KubeVirt version")
 	for _, kv := range list.Items {
 		if v := kv.Status.ObservedKubeVirtVersion; v != "" {
@@ -68,15 +74,64 @@ func inBackoff(vm *v1.VirtualMachine, s vmState, minLeft time.Duration) bool {
 	return ra != nil && time.Until(ra.Time) > minLeft
 }
 
-// waitInBackoff waits until both VMs are in backoff at the same count
-// with more than minLeft to wait, and returns both.
-func waitInBackoff(ctx context.Context, p matrixPair, id string, minLeft time.Duration) (kvVM, ourVM *v1.VirtualMachine, kvS, ourS vmState) {
-	Eventually(func() bool {
-		kvVM, kvS = p.kv(ctx)
-		ourVM, ourS = p.ours(ctx)
-		return inBackoff(kvVM, kvS, minLeft) && inBackoff(ourVM, ourS, minLeft) && kvS.Count == ourS.Count
-	}).WithTimeout(5*time.Minute).WithPolling(250*time.Millisecond).Should(BeTrue(), "row %s never in backoff on both", id)
-	return kvVM, ourVM, kvS, ourS
+// matrixCount is the start-failure count at which a row in backoff acts
+// (Once's rows: its one failure).
+const matrixCount = 2
+
+// atBackoff waits on each side, in its own time, until its VM is ready
+// (in backoff at the count the row wants), and then runs that side's act
+// at once; it returns both VMs and states as they were just before the
+// acts, and our controller's exact retry time then (for addRetryBand: an
+// act may change it). The two sides draw their delays independently and a KubeVirt
+// attempt lasts as long as its pod takes to fail, which under KubeVirt's
+// virt-handler is the pod's start (sandbox, pod network, init containers:
+// 5 s alone, up to 40 s while the other rows' pods start on 2 cores), so
+// the sides reach a count at different times; waiting until both are in
+// backoff at once made the rows meet only at count 4 or 5, or not at all.
+// A side's VM controller decides by its own record, not by the other's
+// clock, so each is compared at the same count, not at the same moment.
+func atBackoff(ctx context.Context, p matrixPair, id string, ready func(*v1.VirtualMachine, vmState) bool, kvAct, ourAct func()) (kvVM, ourVM *v1.VirtualMachine, kvS, ourS vmState, ourRetry *time.Time) {
+	wait := func(who string, get func() (*v1.VirtualMachine, vmState), vm **v1.VirtualMachine, s *vmState, act func()) func() {
+		return func() {
+			Eventually(func() bool {
+				*vm, *s = get()
+				return ready(*vm, *s)
+			}).WithTimeout(5*time.Minute).WithPolling(250*time.Millisecond).Should(BeTrue(), "row %s: %s never ready in backoff, last %s", id, who, s)
+			if act != nil {
+				act()
+			}
+		}
+	}
+	bothSides(
+		wait("KubeVirt", func() (*v1.VirtualMachine, vmState) { return p.kv(ctx) }, &kvVM, &kvS, kvAct),
+		wait("ours", func() (*v1.VirtualMachine, vmState) {
+			snap := p.ourSnapshot(ctx)
+			ourRetry = snap.RetryAfter
+			return snap.VM, stateOf(snap.VM, snap.VMI != nil)
+		}, &ourVM, &ourS, ourAct))
+	return kvVM, ourVM, kvS, ourS, ourRetry
+}
+
+// inBackoffAt is atBackoff's readiness of the rows of matrix_rows_test.go:
+// Always at failure matrixCount with more than minLeft to wait.
+func inBackoffAt(minLeft time.Duration) func(*v1.VirtualMachine, vmState) bool {
+	return func(vm *v1.VirtualMachine, s vmState) bool {
+		return s.Count == matrixCount && inBackoff(vm, s, minLeft)
+	}
+}
+
+// bothSides runs kv and ours at the same time and returns when both did.
+func bothSides(kv, ours func()) {
+	var wg sync.WaitGroup
+	for _, f := range []func(){kv, ours} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer GinkgoRecover()
+			f()
+		}()
+	}
+	wg.Wait()
 }
 
 // waitState polls one side until ok holds (at most timeout) and returns
@@ -93,32 +148,38 @@ func waitState(get func() vmState, ok func(vmState) bool, timeout time.Duration)
 	}
 }
 
-// editTemplate gives both VMs the fail-fast VM's template with annotations
-// instead of the fail-fast one and labels added: on the cluster a JSON
-// patch, on ours the manifest rewritten; it returns once our controller
-// reloaded the manifest. The cluster's patch adds before it removes, so
+// templateEdit gives a VM the fail-fast VM's template with annotations
+// instead of the fail-fast one and labels added, on one side: kv patches
+// the cluster's VM, ours rewrites our manifest and returns once our
+// controller reloaded it. The cluster's patch adds before it removes, so
 // no VMI is ever made from a template with neither the old nor the new
 // annotations.
-func editTemplate(ctx context.Context, p matrixPair, work string, strategy v1.VirtualMachineRunStrategy, annotations, labels map[string]string) {
-	since := time.Now()
+type templateEdit struct {
+	annotations, labels map[string]string
+}
+
+func (e templateEdit) kv(ctx context.Context, p matrixPair) {
 	var ops []map[string]any
-	for k, v := range annotations {
+	for k, v := range e.annotations {
 		ops = append(ops, map[string]any{"op": "add", "path": "/spec/template/metadata/annotations/" + strings.ReplaceAll(k, "/", "~1"), "value": v})
 	}
-	if len(labels) > 0 {
-		ops = append(ops, map[string]any{"op": "add", "path": "/spec/template/metadata/labels", "value": labels})
+	if len(e.labels) > 0 {
+		ops = append(ops, map[string]any{"op": "add", "path": "/spec/template/metadata/labels", "value": e.labels})
 	}
-	if _, keep := annotations[failFast]; !keep {
+	if _, keep := e.annotations[failFast]; !keep {
 		ops = append(ops, map[string]any{"op": "remove", "path": "/spec/template/metadata/annotations/" + strings.ReplaceAll(failFast, "/", "~1")})
 	}
 	patch, err := json.Marshal(ops)
 	Expect(err).NotTo(HaveOccurred())
-	_, err = client.VirtualMachine(namespace()).Patch(ctx, p.kvName, types.JSONPatchType, patch, metav1.PatchOptions{})
+	_, err = p.kc.VirtualMachine(namespace()).Patch(ctx, p.kvName, types.JSONPatchType, patch, metav1.PatchOptions{})
 	Expect(err).NotTo(HaveOccurred(), "patching the template of %s: %s", p.kvName, patch)
+}
 
-	vm := crashingVM(p.ourName, strategy, true)
-	vm.Spec.Template.ObjectMeta.Annotations = annotations
-	vm.Spec.Template.ObjectMeta.Labels = labels
+func (e templateEdit) ours(p matrixPair, work string, strategy v1.VirtualMachineRunStrategy) {
+	since := time.Now()
+	vm := matrixVM(p.ourName, strategy, true)
+	vm.Spec.Template.ObjectMeta.Annotations = e.annotations
+	vm.Spec.Template.ObjectMeta.Labels = e.labels
 	writeVM(work, vm)
 	Eventually(func() bool {
 		for _, e := range p.proc.Events(controller.EventManifestChanged, namespace()+"/"+p.ourName) {
@@ -128,6 +189,13 @@ func editTemplate(ctx context.Context, p matrixPair, work string, strategy v1.Vi
 		}
 		return false
 	}).WithTimeout(30*time.Second).WithPolling(100*time.Millisecond).Should(BeTrue(), "our controller did not reload the manifest of %s", p.ourName)
+}
+
+// editInBackoff makes the edit on each side once that side is in backoff
+// at failure matrixCount with more than minLeft to wait (atBackoff), and
+// returns both as they were just before.
+func (e templateEdit) editInBackoff(ctx context.Context, p matrixPair, id, work string, minLeft time.Duration) (kvVM, ourVM *v1.VirtualMachine, kvS, ourS vmState, ourRetry *time.Time) {
+	return atBackoff(ctx, p, id, inBackoffAt(minLeft), func() { e.kv(ctx, p) }, func() { e.ours(p, work, v1.RunStrategyAlways) })
 }
 
 // ourFinalAt is when our controller recorded that VMI uid ended: its
@@ -176,8 +244,7 @@ const (
 // VMI's final phase (its Failed, Succeeded or Exited event for the UID in
 // status.startFailure.lastFailedVMIUID), against the exact retry time of
 // its status (the JSON status has whole seconds only).
-func addRetryBand(m *matrix, id string, p matrixPair, kvVM, ourVM *v1.VirtualMachine) {
-	ourRetry := p.ourSnapshot(context.Background()).RetryAfter
+func addRetryBand(m *matrix, id string, p matrixPair, kvVM, ourVM *v1.VirtualMachine, ourRetry *time.Time) {
 	kvText, kvOK := bandText(kvVM.Status.StartFailure, nil, p.kvFinalAt, kvBandSlack)
 	ourText, ourOK := bandText(ourVM.Status.StartFailure, ourRetry, p.ourFinalAt, ourBandSlack)
 	m.add(id, "retryAfterTimestamp minus the failure's time inside KubeVirt's band for the count (10 s·n² to 15 s·n², at most 300 s)",
@@ -256,9 +323,8 @@ func isRunning(s vmState) bool { return s.Printable == string(v1.VirtualMachineS
 // the record is cleared (rule C3).
 func runClearOnRunning(ctx context.Context, m *matrix, p matrixPair, work string) {
 	const id = "clear-running"
-	_, _, kvS, ourS := waitInBackoff(ctx, p, id, 0)
+	_, _, kvS, ourS, _ := templateEdit{annotations: map[string]string{}}.editInBackoff(ctx, p, id, work, 0)
 	m.add(id+" 0", "Always, fail-fast, in backoff", kvS.String(), ourS.String(), kvS == ourS, "")
-	editTemplate(ctx, p, work, v1.RunStrategyAlways, map[string]string{}, nil)
 	ok := func(s vmState) bool { return isRunning(s) && s.Count == 0 }
 	kvS, _ = waitState(func() vmState { _, s := p.kv(ctx); return s }, ok, 4*time.Minute)
 	ourS, _ = waitState(func() vmState { _, s := p.ours(ctx); return s }, ok, time.Minute)
@@ -273,9 +339,9 @@ func runClearOnRunning(ctx context.Context, m *matrix, p matrixPair, work string
 // restarts at once, without a backoff.
 func runFailureAfterRunning(ctx context.Context, m *matrix, p matrixPair, work string) {
 	const id = "running-fail"
-	_, _, kvS, ourS := waitInBackoff(ctx, p, id, 0)
+	edit := templateEdit{annotations: map[string]string{faults.AnnotationPrefix + "qemu-kill": "after=30s"}}
+	_, _, kvS, ourS, _ := edit.editInBackoff(ctx, p, id, work, 0)
 	m.add(id+" 0", "Always, fail-fast, in backoff", kvS.String(), ourS.String(), kvS == ourS, "")
-	editTemplate(ctx, p, work, v1.RunStrategyAlways, map[string]string{faults.AnnotationPrefix + "qemu-kill": "after=30s"}, nil)
 
 	// Each side: a VMI that ran and failed, and the next one Running.
 	type side struct {
@@ -328,7 +394,14 @@ func runRerunSucceeded(ctx context.Context, m *matrix, p matrixPair, _ string) {
 	ourGet := func() vmState { _, s := p.ours(ctx); return s }
 	_, kvOK := waitState(kvGet, ended(p.kvAttempts), 4*time.Minute)
 	_, ourOK := waitState(ourGet, ended(p.ourAttempts), 2*time.Minute)
-	// Held still for 3 s: a restart would be at once (no record).
+	// The VM controller deletes the Succeeded VMI (syncRunStrategy,
+	// pkg/virt-controller/watch/vm/vm.go, case RerunOnFailure: stopVMI);
+	// under KubeVirt's virt-handler it goes only once virt-handler's
+	// clean-up removed its finalizer, which can outlast 3 s of stillness.
+	// Then held still for 3 s: a restart would be at once (no record).
+	gone := func(s vmState) bool { return !s.VMI }
+	waitState(kvGet, gone, 2*time.Minute)
+	waitState(ourGet, gone, time.Minute)
 	kvS, ourS := settle(kvGet), settle(ourGet)
 	kvText := fmt.Sprintf("powered off: %v, VMIs made %d; %s", kvOK, len(p.kvAttempts()), kvS)
 	ourText := fmt.Sprintf("powered off: %v, VMIs made %d; %s", ourOK, len(p.ourAttempts()), ourS)
@@ -341,12 +414,7 @@ func runRerunSucceeded(ctx context.Context, m *matrix, p matrixPair, _ string) {
 // time), and the next failure counts on from it.
 func runTemplateEdit(ctx context.Context, m *matrix, p matrixPair, work string) {
 	const id = "template-edit"
-	kvVM, ourVM, kvS, ourS := waitInBackoff(ctx, p, id, 20*time.Second)
-	m.add(id+" 0", "Always, fail-fast, in backoff", kvS.String(), ourS.String(), kvS == ourS, "")
-	addRetryBand(m, id+" 0r", p, kvVM, ourVM)
-	kvBefore, ourBefore := *kvVM.Status.StartFailure, *ourVM.Status.StartFailure
-	editTemplate(ctx, p, work, v1.RunStrategyAlways, map[string]string{failFast: ""}, map[string]string{"crashloop.dev/matrix-edit": "1"})
-
+	edit := templateEdit{annotations: map[string]string{failFast: ""}, labels: map[string]string{"crashloop.dev/matrix-edit": "1"}}
 	record := func(vm *v1.VirtualMachine) v1.VirtualMachineStartFailure {
 		if vm.Status.StartFailure == nil {
 			return v1.VirtualMachineStartFailure{}
@@ -369,18 +437,32 @@ func runTemplateEdit(ctx context.Context, m *matrix, p matrixPair, work string) 
 		return fmt.Sprintf("changed: count %d→%d, UID %s→%s, retry %v→%v", before.ConsecutiveFailCount, last.ConsecutiveFailCount,
 			before.LastFailedVMIUID, last.LastFailedVMIUID, before.RetryAfterTimestamp, last.RetryAfterTimestamp)
 	}
-	kvText := describe(kvBefore, func() *v1.VirtualMachine { vm, _ := p.kv(ctx); return vm })
-	ourText := describe(ourBefore, func() *v1.VirtualMachine { vm, _ := p.ours(ctx); return vm })
+	// Each side in its own time (atBackoff): the edit, the record after
+	// it, then its next failure, which counts on from the record: n+1.
+	type after struct {
+		text string
+		next vmState
+	}
+	side := func(get func() *v1.VirtualMachine, do func(), a *after, timeout time.Duration) func() {
+		return func() {
+			before := record(get())
+			do()
+			a.text = describe(before, get)
+			want := before.ConsecutiveFailCount + 1
+			a.next, _ = waitState(func() vmState { return stateOf(get(), false) }, func(s vmState) bool { return s.Count >= want }, timeout)
+		}
+	}
+	var kvA, ourA after
+	kvVM, ourVM, kvS, ourS, ourRetry := atBackoff(ctx, p, id, inBackoffAt(20*time.Second),
+		side(func() *v1.VirtualMachine { vm, _ := p.kv(ctx); return vm }, func() { edit.kv(ctx, p) }, &kvA, 2*time.Minute),
+		side(func() *v1.VirtualMachine { vm, _ := p.ours(ctx); return vm }, func() { edit.ours(p, work, v1.RunStrategyAlways) }, &ourA, time.Minute))
+	m.add(id+" 0", "Always, fail-fast, in backoff", kvS.String(), ourS.String(), kvS == ourS, "")
+	addRetryBand(m, id+" 0r", p, kvVM, ourVM, ourRetry)
 	m.add(id+" 1", "Always in backoff, a label added to the template (still failing): the record stands",
-		kvText, ourText, kvText == ourText && strings.HasSuffix(kvText, "unchanged"), "")
-
-	// The retry after the edit fails too and counts on: n+1, not 1.
-	want := kvBefore.ConsecutiveFailCount + 1
-	counted := func(s vmState) bool { return s.Count >= want }
-	kvS, _ = waitState(func() vmState { _, s := p.kv(ctx); return s }, counted, 2*time.Minute)
-	ourS, _ = waitState(func() vmState { _, s := p.ours(ctx); return s }, counted, time.Minute)
+		kvA.text, ourA.text, kvA.text == ourA.text && strings.HasSuffix(kvA.text, "unchanged"), "")
+	want := matrixCount + 1
 	m.add(id+" 2", fmt.Sprintf("the next failure after the edit counts on (%d)", want),
-		fmt.Sprintf("count %d", kvS.Count), fmt.Sprintf("count %d", ourS.Count), kvS.Count == want && ourS.Count == want, "")
+		fmt.Sprintf("count %d", kvA.next.Count), fmt.Sprintf("count %d", ourA.next.Count), kvA.next.Count == want && ourA.next.Count == want, "")
 }
 
 // runStopWhileScheduled: Always, fail-fast, in backoff; the template then
@@ -389,21 +471,24 @@ func runTemplateEdit(ctx context.Context, m *matrix, p matrixPair, work string) 
 // stop while that VMI is still starting.
 //
 // Upstream's Scheduling phase (the launcher pod created, not yet running)
-// cannot be held on cluster-lite: its node agent reports a pod Running as
-// soon as it binds it, so this row holds the next phase, Scheduled.
+// cannot be held on cluster-lite: on the agent stack the node agent reports
+// a pod Running as soon as it binds it, and under KubeVirt's virt-handler
+// once podman shows its containers running, which no fault of ours holds
+// back; so this row holds the next phase, Scheduled. Under virt-handler
+// the held launcher is our monitor's child, waiting before libvirt while
+// virt-handler's SyncVirtualMachine waits for it.
 func runStopWhileScheduled(ctx context.Context, m *matrix, p matrixPair, work string) {
 	const id = "scheduled-stop"
-	// Row 1 compares the counts while the next VMI is held: the template
-	// edit must land before either side's retry, which the two sides draw
-	// with their own jitter, or one side counts one more fail-fast VMI
-	// (seen on CI: KubeVirt 1, ours 2). Our controller rereads manifests
-	// every 250 ms; 5 s of backoff left on both is ample.
-	_, _, kvS, ourS := waitInBackoff(ctx, p, id, 5*time.Second)
+	// Row 1 compares the counts while the next VMI is held: each side's
+	// template edit must land before that side's retry, or it counts one
+	// more fail-fast VMI (seen on CI: KubeVirt 1, ours 2). Our controller
+	// rereads manifests every 250 ms; 5 s of the backoff left is ample.
+	edit := templateEdit{annotations: map[string]string{faults.AnnotationPrefix + "launcher-crash": "at=before-libvirt,delay=10m"}}
+	_, _, kvS, ourS, _ := edit.editInBackoff(ctx, p, id, work, 5*time.Second)
 	m.add(id+" 0", "Always, fail-fast, in backoff", kvS.String(), ourS.String(), kvS == ourS, "")
-	editTemplate(ctx, p, work, v1.RunStrategyAlways, map[string]string{faults.AnnotationPrefix + "launcher-crash": "at=before-libvirt,delay=10m"}, nil)
 
 	kvPhase := func() v1.VirtualMachineInstancePhase {
-		vmi, err := client.VirtualMachineInstance(namespace()).Get(ctx, p.kvName, metav1.GetOptions{})
+		vmi, err := p.kc.VirtualMachineInstance(namespace()).Get(ctx, p.kvName, metav1.GetOptions{})
 		if err != nil {
 			return ""
 		}

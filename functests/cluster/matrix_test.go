@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	v1 "kubevirt.io/api/core/v1"
 
+	"kubevirt.io/client-go/kubecli"
+
 	"github.com/crashloop-harness/crashloop/functests/built"
 	"github.com/crashloop-harness/crashloop/functests/cluster"
 	"github.com/crashloop-harness/crashloop/functests/ctlharness"
@@ -78,6 +80,10 @@ func (o outcome) String() string {
 // matrixPair is one row's two VMs.
 type matrixPair struct {
 	kvName, ourName, state string
+	// kc is the client of the cluster the KubeVirt VM runs on, and side
+	// that cluster's node side (matrixSide.side).
+	kc   kubecli.KubevirtClient
+	side string
 	// kvl follows the KubeVirt VM and every VMI of it (also those deleted
 	// within milliseconds of failing), for their phase timestamps.
 	kvl *kvLoop
@@ -86,9 +92,9 @@ type matrixPair struct {
 }
 
 func (p matrixPair) kv(ctx context.Context) (*v1.VirtualMachine, vmState) {
-	vm, err := client.VirtualMachine(namespace()).Get(ctx, p.kvName, metav1.GetOptions{})
+	vm, err := p.kc.VirtualMachine(namespace()).Get(ctx, p.kvName, metav1.GetOptions{})
 	Expect(err).NotTo(HaveOccurred())
-	_, err = client.VirtualMachineInstance(namespace()).Get(ctx, p.kvName, metav1.GetOptions{})
+	_, err = p.kc.VirtualMachineInstance(namespace()).Get(ctx, p.kvName, metav1.GetOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		Expect(err).NotTo(HaveOccurred())
 	}
@@ -101,7 +107,7 @@ func (p matrixPair) ours(ctx context.Context) (*v1.VirtualMachine, vmState) {
 }
 
 func (p matrixPair) kvDo(ctx context.Context, op vmops.Op) outcome {
-	vms := client.VirtualMachine(namespace())
+	vms := p.kc.VirtualMachine(namespace())
 	var err error
 	switch op {
 	case vmops.OpStart:
@@ -161,6 +167,20 @@ func (m *matrix) add(id, rule, kv, ours string, same bool, deviation string) {
 	default:
 		r.Verdict = "DIFFERENT"
 	}
+	m.append(r)
+}
+
+// expect records a row checked against a written expectation instead of
+// against our controller: ok says whether it held, verdict names it.
+func (m *matrix) expect(id, rule, kv, ours string, ok bool, verdict string) {
+	r := matrixRow{ID: id, Rule: rule, KubeVirt: kv, Ours: ours, Verdict: verdict, OK: ok}
+	if !ok {
+		r.Verdict = "DIFFERENT from the expectation: " + verdict
+	}
+	m.append(r)
+}
+
+func (m *matrix) append(r matrixRow) {
 	m.mu.Lock()
 	m.rows = append(m.rows, r)
 	m.mu.Unlock()
@@ -188,6 +208,8 @@ var _ = Describe("differential matrix: the same requests on KubeVirt's controlle
 		state  string
 		suffix string
 		m      matrix
+		stack  matrixSide
+		began  time.Time
 	)
 	type plan struct {
 		id       string
@@ -200,13 +222,17 @@ var _ = Describe("differential matrix: the same requests on KubeVirt's controlle
 		// instead of a request.
 		haltedEdit bool
 		// vm builds the row's VM when it is not the fail-fast one
-		// (crashingVM); testGuest as for crashingVM.
+		// (crashingVM); testGuest as for crashingVM. Every row's VMs get
+		// the pod network of withPodNetwork.
 		vm func(name string, testGuest bool) *v1.VirtualMachine
 		// run drives a row that is not requests in backoff
 		// (matrix_rows_test.go) instead of runPlan.
 		run func(ctx context.Context, m *matrix, p matrixPair, work string)
 		// needsLite: the row needs our launcher on the cluster's node
-		// (its faults, the test guest), so it runs on cluster-lite only.
+		// (its faults, the test guest), so it runs on cluster-lite only,
+		// on either node side: under KubeVirt's virt-handler our launcher
+		// image runs in KubeVirt mode and reads its faults from the VMI's
+		// annotations.
 		needsLite bool
 	}
 	plans := []plan{
@@ -229,7 +255,9 @@ var _ = Describe("differential matrix: the same requests on KubeVirt's controlle
 	}
 	pairs := map[string]matrixPair{}
 
-	BeforeAll(func() {
+	BeforeAll(func(sctx SpecContext) {
+		stack = matrixStack(sctx)
+		fmt.Fprintln(GinkgoWriter, stack.describe())
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(context.Background())
 		DeferCleanup(cancel)
@@ -250,17 +278,18 @@ var _ = Describe("differential matrix: the same requests on KubeVirt's controlle
 				fmt.Fprintf(GinkgoWriter, "row %s left out: it needs our launcher on the cluster's node (cluster-lite)\n", p.id)
 				continue
 			}
-			pair := matrixPair{kvName: "kv-" + p.id + "-" + suffix, ourName: "ours-" + p.id + "-" + suffix, state: state}
-			pair.kvl = &kvLoop{name: pair.kvName, strategy: p.strategy, attempts: map[types.UID]cluster.Attempt{}}
-			build := p.vm
-			if build == nil {
-				build = func(name string, testGuest bool) *v1.VirtualMachine { return crashingVM(name, p.strategy, testGuest) }
+			pair := matrixPair{kvName: "kv-" + p.id + "-" + suffix, ourName: "ours-" + p.id + "-" + suffix, state: state, kc: stack.kc, side: stack.side}
+			pair.kvl = &kvLoop{name: pair.kvName, strategy: p.strategy, kc: stack.kc, attempts: map[types.UID]cluster.Attempt{}}
+			build := func(name string, testGuest bool) *v1.VirtualMachine { return crashingVM(name, p.strategy, testGuest) }
+			if p.vm != nil {
+				build = p.vm
 			}
-			createOnCluster(ctx, build(pair.kvName, lite != nil))
+			createVMs(ctx, stack.kc, withPodNetwork(build(pair.kvName, lite != nil)))
 			pair.kvl.follow(ctx)
-			manifests = append(manifests, writeVM(work, build(pair.ourName, true)))
+			manifests = append(manifests, writeVM(work, withPodNetwork(build(pair.ourName, true))))
 			pairs[p.id] = pair
 		}
+		began = time.Now()
 		proc := ctlharness.Start(bins, state, work, int(time.Now().UnixNano()%1000), nil, manifests...)
 		for id, pair := range pairs {
 			pair.proc = proc
@@ -288,15 +317,18 @@ var _ = Describe("differential matrix: the same requests on KubeVirt's controlle
 		}
 		wg.Wait()
 
-		version := kubevirtVersion(ctx)
+		took := time.Since(began)
+		version := kubevirtVersionOf(ctx, stack.kc)
 		md := m.markdown(version)
 		fmt.Fprint(GinkgoWriter, md)
 		out := built.Path("artifacts", "fidelity.md")
-		header := "# Fidelity to KubeVirt " + version + ", observed by the cluster lane\n\n" +
+		header := "# Fidelity to KubeVirt " + version + ", observed by the cluster lane\n\n" + stack.describe() + "\n\n" +
 			"Each row: the same manifest on KubeVirt's virt-controller and virt-api (cluster-lite) and on ours, " +
 			"the same request, compared field by field (startFailure count and UID, printableStatus, whether a VMI exists, " +
-			"stateChangeRequests, runStrategy) and by outcome (HTTP status against our exit code and message).\n\n"
+			"stateChangeRequests, runStrategy) and by outcome (HTTP status against our exit code and message). " +
+			fmt.Sprintf("%d rows, all at once, in %s.\n\n", len(pairs), took.Round(time.Second))
 		Expect(os.WriteFile(out, []byte(header+md), 0o644)).To(Succeed())
+		AddReportEntry("cluster-matrix", fmt.Sprintf("%s %d rows in %s", stack.describe(), len(pairs), took.Round(time.Second)))
 		for _, r := range m.rows {
 			Expect(r.OK).To(BeTrue(), "row %s (%s): KubeVirt %s, ours %s: %s", r.ID, r.Rule, r.KubeVirt, r.Ours, r.Verdict)
 		}
@@ -304,25 +336,17 @@ var _ = Describe("differential matrix: the same requests on KubeVirt's controlle
 })
 
 // runPlan drives one row: into the situation, then each request on both
-// controllers, comparing outcomes and the fields they lead to.
+// controllers, comparing outcomes and the fields they lead to. In a
+// backoff each side gets its first request (or the Halted edit) at its own
+// moment, at the same count (atBackoff).
 func runPlan(ctx context.Context, m *matrix, p matrixPair, id string, strategy v1.VirtualMachineRunStrategy, ops []vmops.Op, deviation string, haltedEdit bool, work string) {
-	if strategy != v1.RunStrategyManual {
-		// In the backoff of the first or a later failure, with time left
-		// for the requests.
-		ready := func(vm *v1.VirtualMachine, s vmState) bool {
-			if strategy == v1.RunStrategyOnce {
-				return s.Count >= 1
-			}
-			// 20 s: the requests of all rows at once on a loaded
-			// machine, well inside the backoff of failure 2 (40-60 s).
-			return inBackoff(vm, s, 20*time.Second)
-		}
-		Eventually(func() bool {
-			kvVM, kvS := p.kv(ctx)
-			ourVM, ourS := p.ours(ctx)
-			return ready(kvVM, kvS) && ready(ourVM, ourS) && kvS.Count == ourS.Count
-		}).WithTimeout(5*time.Minute).WithPolling(250*time.Millisecond).Should(BeTrue(), "row %s never in backoff on both", id)
-	}
+	var kvO, ourO outcome
+	var kvVM, ourVM *v1.VirtualMachine
+	var kvS, ourS vmState
+	var ourRetry *time.Time
+	// kvNext and ourNext: each side's state right after its first
+	// request.
+	var kvNext, ourNext vmState
 	if strategy == v1.RunStrategyManual {
 		// A VM just created has no printable status until each
 		// controller's first sync.
@@ -331,19 +355,39 @@ func runPlan(ctx context.Context, m *matrix, p matrixPair, id string, strategy v
 			_, o := p.ours(ctx)
 			return k.Printable != "" && o.Printable != ""
 		}).WithTimeout(time.Minute).WithPolling(250*time.Millisecond).Should(BeTrue(), "row %s: no printable status", id)
+		kvVM, kvS = p.kv(ctx)
+		ourVM, ourS = p.ours(ctx)
+	} else {
+		// Once never retries: its one failure, its VMI kept. The others:
+		// failure matrixCount, with 20 s left for the request on a loaded
+		// machine (the backoff of failure 2 is 40-60 s).
+		ready := func(vm *v1.VirtualMachine, s vmState) bool {
+			if strategy == v1.RunStrategyOnce {
+				return s.Count == 1
+			}
+			return s.Count == matrixCount && inBackoff(vm, s, 20*time.Second)
+		}
+		// Each side's state right after its request, before the other
+		// side's request comes (see compareRequest).
+		kvAct := func() { kvO = p.kvDo(ctx, ops[0]); _, kvNext = p.kv(ctx) }
+		ourAct := func() { ourO = p.ourDo(ops[0]); _, ourNext = p.ours(ctx) }
+		if haltedEdit {
+			halt := []byte(`[{"op":"replace","path":"/spec/runStrategy","value":"Halted"}]`)
+			kvAct = func() {
+				_, err := p.kc.VirtualMachine(namespace()).Patch(ctx, p.kvName, types.JSONPatchType, halt, metav1.PatchOptions{})
+				Expect(err).NotTo(HaveOccurred())
+			}
+			ourAct = func() { writeVM(work, matrixVM(p.ourName, v1.RunStrategyHalted, true)) }
+		}
+		kvVM, ourVM, kvS, ourS, ourRetry = atBackoff(ctx, p, id, ready, kvAct, ourAct)
 	}
-	kvVM, kvS := p.kv(ctx)
-	ourVM, ourS := p.ours(ctx)
 	m.add(id+" 0", fmt.Sprintf("%s, before any request (in backoff)", strategy), kvS.String(), ourS.String(), kvS == ourS, "")
 	if strategy != v1.RunStrategyManual {
-		addRetryBand(m, id+" 0r", p, kvVM, ourVM)
+		addRetryBand(m, id+" 0r", p, kvVM, ourVM, ourRetry)
+		addFailedPath(m, id+" 0p", p)
 	}
 
 	if haltedEdit {
-		halt := []byte(`[{"op":"replace","path":"/spec/runStrategy","value":"Halted"}]`)
-		_, err := client.VirtualMachine(namespace()).Patch(ctx, p.kvName, types.JSONPatchType, halt, metav1.PatchOptions{})
-		Expect(err).NotTo(HaveOccurred())
-		writeVM(work, crashingVM(p.ourName, v1.RunStrategyHalted, true))
 		var kvRS, ourRS string
 		Eventually(func() bool {
 			_, k := p.kv(ctx)
@@ -356,43 +400,56 @@ func runPlan(ctx context.Context, m *matrix, p matrixPair, id string, strategy v
 	}
 
 	for i, op := range ops {
-		_, kvBefore := p.kv(ctx)
-		_, ourBefore := p.ours(ctx)
-		kvO, ourO := p.kvDo(ctx, op), p.ourDo(op)
+		kvBefore, ourBefore := kvS, ourS
+		if i > 0 || strategy == v1.RunStrategyManual {
+			_, kvBefore = p.kv(ctx)
+			_, ourBefore = p.ours(ctx)
+			kvO, ourO = p.kvDo(ctx, op), p.ourDo(op)
+			_, kvNext = p.kv(ctx)
+			_, ourNext = p.ours(ctx)
+		}
 		dev := ""
 		if i == len(ops)-1 {
 			dev = deviation
 		}
-		rule := fmt.Sprintf("%s: %s, %s", op, strategy, kvBefore.Printable)
-		same := sameOutcome(kvO, ourO)
-		m.add(fmt.Sprintf("%s %d", id, i+1), rule, kvO.String(), ourO.String(), same, dev)
-		if kvO.Code != http.StatusAccepted && ourO.Code != http.StatusAccepted {
-			// A refusal changes nothing, on either side.
-			_, kvAfter := p.kv(ctx)
-			_, ourAfter := p.ours(ctx)
-			m.add(fmt.Sprintf("%s %d'", id, i+1), rule+": state after the refusal", kvAfter.String(), ourAfter.String(),
-				kvAfter == kvBefore && ourAfter == ourBefore && kvAfter == ourAfter, "")
-			continue
-		}
-		// Accepted on at least one side: where both end up. A row that
-		// expects them to agree waits for that (up to a minute); the
-		// deviation row takes each side once it holds still.
-		var kvAfter, ourAfter vmState
-		if dev == "" {
-			// The row records the last pair seen when they never agree.
-			for deadline := time.Now().Add(time.Minute); ; {
-				_, kvAfter = p.kv(ctx)
-				_, ourAfter = p.ours(ctx)
-				if kvAfter == ourAfter || time.Now().After(deadline) {
-					break
-				}
-				<-time.After(200 * time.Millisecond)
-			}
-		} else {
-			kvAfter, ourAfter = settle(func() vmState { _, s := p.kv(ctx); return s }), settle(func() vmState { _, s := p.ours(ctx); return s })
-		}
-		m.add(fmt.Sprintf("%s %d'", id, i+1), rule+": state after", kvAfter.String(), ourAfter.String(), kvAfter == ourAfter, dev)
+		compareRequest(ctx, m, p, fmt.Sprintf("%s %d", id, i+1), fmt.Sprintf("%s: %s, %s", op, strategy, kvBefore.Printable), kvO, ourO,
+			[2]vmState{kvBefore, kvNext}, [2]vmState{ourBefore, ourNext}, dev)
 	}
+}
+
+// compareRequest records one request's outcomes on both sides and where
+// it leaves them; kv and ours are each side's state just before and just
+// after its request. A refusal is judged on those: each side acts at its
+// own moment, and the side that acted first may have counted its next
+// failure by the time the other one acts.
+func compareRequest(ctx context.Context, m *matrix, p matrixPair, id, rule string, kvO, ourO outcome, kv, ours [2]vmState, dev string) {
+	m.add(id, rule, kvO.String(), ourO.String(), sameOutcome(kvO, ourO), dev)
+	if kvO.Code != http.StatusAccepted && ourO.Code != http.StatusAccepted {
+		// A refusal changes nothing, on either side.
+		m.add(id+"'", rule+": state after the refusal", kv[1].String(), ours[1].String(),
+			kv[1] == kv[0] && ours[1] == ours[0] && kv[1] == ours[1], "")
+		return
+	}
+	// Accepted on at least one side: where both end up. A row that
+	// expects them to agree waits for that (up to 3 minutes: under
+	// KubeVirt's virt-handler a VMI started while the other rows' pods
+	// start, on 2 cores, fails about a minute later); the deviation row
+	// takes each side once it holds still.
+	var kvAfter, ourAfter vmState
+	if dev == "" {
+		// The row records the last pair seen when they never agree.
+		for deadline := time.Now().Add(3 * time.Minute); ; {
+			_, kvAfter = p.kv(ctx)
+			_, ourAfter = p.ours(ctx)
+			if kvAfter == ourAfter || time.Now().After(deadline) {
+				break
+			}
+			<-time.After(200 * time.Millisecond)
+		}
+	} else {
+		kvAfter, ourAfter = settle(func() vmState { _, s := p.kv(ctx); return s }), settle(func() vmState { _, s := p.ours(ctx); return s })
+	}
+	m.add(id+"'", rule+": state after", kvAfter.String(), ourAfter.String(), kvAfter == ourAfter, dev)
 }
 
 // settle polls a state until it holds still for 3 s (at most 30 s)

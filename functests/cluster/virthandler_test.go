@@ -314,24 +314,43 @@ func waitPodGone(ctx SpecContext, kc kubecli.KubevirtClient, pod *k8sv1.Pod) {
 // run: no cluster-lite or podman of the lane's, or KubeVirt's virt-handler
 // not built (make test does not build it).
 func skipWithoutVirtHandler() {
-	skipWithoutPodmanLite("virt-handler")
+	if why := virtHandlerUnavailable(); why != "" {
+		Skip(why)
+	}
+}
+
+// virtHandlerUnavailable says why the virt-handler stack cannot run here
+// (skipWithoutVirtHandler's reasons), or "" when it can.
+func virtHandlerUnavailable() string {
+	if why := podmanLiteUnavailable("virt-handler"); why != "" {
+		return why
+	}
 	for _, b := range []string{"virt-handler", "virt-chroot"} {
 		if _, err := os.Stat(filepath.Join(liteBinDir(), b)); err != nil {
-			Skip(fmt.Sprintf("KubeVirt's %s is not built in %s: run `make clusterlite VIRT_HANDLER=1`", b, liteBinDir()))
+			return fmt.Sprintf("KubeVirt's %s is not built in %s: run `make clusterlite VIRT_HANDLER=1`", b, liteBinDir())
 		}
 	}
+	return ""
 }
 
 // skipWithoutPodmanLite skips a spec that checks what (a node side on a
 // cluster-lite of its own, its pods podman containers) where the lane has
 // no cluster-lite or podman lacks the launcher image.
 func skipWithoutPodmanLite(what string) {
+	if why := podmanLiteUnavailable(what); why != "" {
+		Skip(why)
+	}
+}
+
+// podmanLiteUnavailable is skipWithoutPodmanLite's reason, or "".
+func podmanLiteUnavailable(what string) string {
 	if lite == nil {
-		Skip("KUBECONFIG points at another cluster: " + what + " is checked on a cluster-lite of its own")
+		return "KUBECONFIG points at another cluster: " + what + " is checked on a cluster-lite of its own"
 	}
 	if r := laneRuntime(); r != "podman" {
-		Skip(what + " runs launcher pods as podman containers of " + launcherImage + ", which podman lacks here (make image)")
+		return what + " runs launcher pods as podman containers of " + launcherImage + ", which podman lacks here (make image)"
 	}
+	return ""
 }
 
 // podContainerStates is the state of every container of the pod by its
