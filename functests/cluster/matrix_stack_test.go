@@ -98,7 +98,8 @@ func matrixStack(ctx SpecContext) matrixSide {
 // scheduled-stop) then run its phase-1 network set-up as a user's VM does,
 // for about 0.1 s; the fail-fast rows' VMIs fail while Scheduling, before
 // virt-handler sees them, so their network does not enter the result. The
-// test guest asks for no DHCP lease, which our launcher does not serve.
+// guest asks for no DHCP lease (no harness.dhcp), so what the guest does
+// on the network plays no part in a row.
 func withPodNetwork(vm *v1.VirtualMachine) *v1.VirtualMachine {
 	spec := &vm.Spec.Template.Spec
 	spec.Domain.Devices.Interfaces = []v1.Interface{{Name: "default", InterfaceBindingMethod: v1.InterfaceBindingMethod{Masquerade: &v1.InterfaceMasquerade{}}}}
