@@ -95,7 +95,8 @@ func matrixStack(ctx SpecContext) matrixSide {
 // start. Why not autoattachPodInterface:
 // false (the other virt-handler specs' choice): the rows whose VMIs reach
 // virt-handler (clear-running, running-fail, rerun-succeeded,
-// scheduled-stop) then run its phase-1 network set-up as a user's VM does,
+// scheduled-stop) then run its phase-1 network set-up (and the monitor
+// KubeVirt's phase 2) as a user's VM does,
 // for about 0.1 s; the fail-fast rows' VMIs fail while Scheduling, before
 // virt-handler sees them, so their network does not enter the result. The
 // guest asks for no DHCP lease (no harness.dhcp), so what the guest does
