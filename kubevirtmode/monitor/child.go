@@ -66,7 +66,7 @@ func manifestFor(vmi *v1.VirtualMachineInstance) ([]byte, error) {
 }
 
 // launcherArgs is our launcher's command line for one start; podNetwork
-// is its --pod-network (podNetwork()), seed its --seed: the pod's, which
+// is its --pod-network (the Monitor's podNetwork()), seed its --seed: the pod's, which
 // the monitor decides its own faults with too (socketfault.go).
 func (f Flags) launcherArgs(manifest, consoleLog, podNetwork string, seed launcherapi.Seed) []string {
 	grace := childGrace
@@ -101,19 +101,21 @@ const podTap = "tap0"
 // exists in this network namespace (virt-handler sets the pod network up
 // before its first SyncVirtualMachine, as for KubeVirt's launcher), else
 // QEMU's user-mode network, as where nothing set a pod network up (the
-// conformance suite, a VMI without one). A variable for unit tests.
-var podNetwork = func() string {
+// conformance suite, a VMI without one). The Monitor's default
+// podNetwork; unit tests give theirs.
+func podNetworkOfThisNamespace() string {
 	if _, err := net.InterfaceByName(podTap); err == nil {
 		return launcherapi.PodNetworkKubeVirtTap
 	}
 	return launcherapi.PodNetworkUser
 }
 
-// startChild writes the VMI into dir and starts our launcher on it. Its
+// startChild writes the VMI into dir and starts our launcher on it, with
+// podNetwork as its --pod-network. Its
 // stdout is read line by line into events; its exit status comes from the
 // monitor's reaper (reap), not from exec.Cmd.Wait, because the monitor is
 // PID 1 of the compute container and reaps every orphan too.
-func startChild(f Flags, seed launcherapi.Seed, vmi *v1.VirtualMachineInstance, dir string, stderr io.Writer) (*child, error) {
+func startChild(f Flags, seed launcherapi.Seed, podNetwork string, vmi *v1.VirtualMachineInstance, dir string, stderr io.Writer) (*child, error) {
 	data, err := manifestFor(vmi)
 	if err != nil {
 		return nil, err
@@ -125,7 +127,7 @@ func startChild(f Flags, seed launcherapi.Seed, vmi *v1.VirtualMachineInstance, 
 	if err := os.WriteFile(ld.Manifest(), data, 0o644); err != nil {
 		return nil, fmt.Errorf("writing the VMI for the launcher: %w", err)
 	}
-	cmd := exec.Command(f.Launcher, f.launcherArgs(ld.Manifest(), filepath.Join(dir, launcherapi.ConsoleFile), podNetwork(), seed)...)
+	cmd := exec.Command(f.Launcher, f.launcherArgs(ld.Manifest(), filepath.Join(dir, launcherapi.ConsoleFile), podNetwork, seed)...)
 	tail := &lastLine{}
 	cmd.Stderr = io.MultiWriter(stderr, tail)
 	out, err := cmd.StdoutPipe()

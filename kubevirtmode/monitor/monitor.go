@@ -66,13 +66,18 @@ type Monitor struct {
 	// sock is the command socket those faults act on; nil leaves them
 	// undone (a Monitor without a socket, in unit tests).
 	sock socketControl
+	// podNetwork is our launcher's --pod-network for the next start
+	// (podNetworkOfThisNamespace), and phase2 KubeVirt's pod network
+	// setup before it (kubevirtPhase2); unit tests give their own.
+	podNetwork func() string
+	phase2     phase2Func
 }
 
 // New makes the monitor of one pod; dir holds the launch folders.
 func New(f Flags, dir string, log *slog.Logger, stderr io.Writer) *Monitor {
 	return &Monitor{f: f, log: log, stderr: stderr, dir: dir, notify: newNotifier(f.ShareDir, log),
 		children: map[int]*child{}, changed: make(chan struct{}), exit: make(chan int, 1), deletedCh: make(chan struct{}),
-		die: os.Exit, seed: launcherapi.PickSeed()}
+		die: os.Exit, seed: launcherapi.PickSeed(), podNetwork: podNetworkOfThisNamespace, phase2: kubevirtPhase2}
 }
 
 // broadcast wakes every waiter; call with mu held.
@@ -112,14 +117,15 @@ func (m *Monitor) Sync(ctx context.Context, vmi *v1.VirtualMachineInstance, atta
 		return nil
 	}
 	if m.cur == nil {
-		ifaces, err := setUpPodNetwork(podNetwork(), m.vmi, attachments)
+		mode := m.podNetwork()
+		ifaces, err := setUpPodNetwork(m.phase2, mode, m.vmi, attachments)
 		if err != nil {
 			m.mu.Unlock()
 			return err
 		}
 		m.ifaces = ifaces
 		m.starts++
-		c, err := startChild(m.f, m.seed, m.vmi, filepath.Join(m.dir, fmt.Sprintf("start-%d", m.starts)), m.stderr)
+		c, err := startChild(m.f, m.seed, mode, m.vmi, filepath.Join(m.dir, fmt.Sprintf("start-%d", m.starts)), m.stderr)
 		if err != nil {
 			m.mu.Unlock()
 			return err

@@ -18,9 +18,9 @@ import (
 // network of a non-absent interface, its NIC's libvirt interface is
 // completed from the pod's links (MAC, MTU, the tap as target) and, for
 // masquerade and bridge, KubeVirt's DHCP server is started on the pod's
-// bridge (k6t-eth0), once per pod. A variable so that unit tests replace
-// it: the real one changes the pod's network namespace.
-var phase2 = func(vmi *v1.VirtualMachineInstance, attachments map[string]string, domain *api.Domain) error {
+// bridge (k6t-eth0), once per pod. The Monitor's default phase2: the
+// real one changes the pod's network namespace, so unit tests give theirs.
+func kubevirtPhase2(vmi *v1.VirtualMachineInstance, attachments map[string]string, domain *api.Domain) error {
 	ifaces := netvmispec.FilterInterfacesSpec(vmi.Spec.Domain.Devices.Interfaces, func(iface v1.Interface) bool {
 		return iface.State != v1.InterfaceStateAbsent
 	})
@@ -29,7 +29,11 @@ var phase2 = func(vmi *v1.VirtualMachineInstance, attachments map[string]string,
 		SetupPodNetworkPhase2(domain, nets)
 }
 
-// setUpPodNetwork runs KubeVirt's phase 2 for vmi before our launcher
+// phase2Func is KubeVirt's launcher-side pod network setup (kubevirtPhase2)
+// or a unit test's stand-in for it.
+type phase2Func func(vmi *v1.VirtualMachineInstance, attachments map[string]string, domain *api.Domain) error
+
+// setUpPodNetwork runs phase2 (KubeVirt's phase 2) for vmi before our launcher
 // starts its domain, as KubeVirt's launcher does before it defines the
 // domain, and returns the domain's interfaces as phase 2 completed them
 // (what the monitor reports; our launcher's converter gives the guest's
@@ -43,7 +47,7 @@ var phase2 = func(vmi *v1.VirtualMachineInstance, attachments map[string]string,
 // own DHCP server, and there is nothing for phase 2 to find. An error is
 // KubeVirt's launcher's: "preparing the pod network failed: ...", which
 // fails the Sync.
-func setUpPodNetwork(mode string, vmi *v1.VirtualMachineInstance, attachments map[string]string) ([]api.Interface, error) {
+func setUpPodNetwork(phase2 phase2Func, mode string, vmi *v1.VirtualMachineInstance, attachments map[string]string) ([]api.Interface, error) {
 	if mode != launcherapi.PodNetworkKubeVirtTap {
 		return nil, nil
 	}

@@ -34,17 +34,10 @@ func podNetVMI() *v1.VirtualMachineInstance {
 	return vmi
 }
 
-// fakePhase2 replaces KubeVirt's phase 2 for one test with fn.
-func fakePhase2(t *testing.T, fn func(*v1.VirtualMachineInstance, map[string]string, *api.Domain) error) {
-	real := phase2
-	phase2 = fn
-	t.Cleanup(func() { phase2 = real })
-}
-
 func TestPodNetworkPhase2GetsTheConvertersInterfacesAndItsResultIsReported(t *testing.T) {
 	attachments := map[string]string{"default": string(v1.Tap)}
 	var got []api.Interface
-	fakePhase2(t, func(vmi *v1.VirtualMachineInstance, a map[string]string, d *api.Domain) error {
+	phase2 := func(vmi *v1.VirtualMachineInstance, a map[string]string, d *api.Domain) error {
 		if !reflect.DeepEqual(a, attachments) {
 			t.Errorf("attachments %v, want %v", a, attachments)
 		}
@@ -56,8 +49,8 @@ func TestPodNetworkPhase2GetsTheConvertersInterfacesAndItsResultIsReported(t *te
 		d.Spec.Devices.Interfaces[0].MAC = &api.MAC{MAC: "02:00:00:00:00:01"}
 		d.Spec.Devices.Interfaces[0].Target = &api.InterfaceTarget{Device: "tap0", Managed: "no"}
 		return nil
-	})
-	ifaces, err := setUpPodNetwork(launcherapi.PodNetworkKubeVirtTap, podNetVMI(), attachments)
+	}
+	ifaces, err := setUpPodNetwork(phase2, launcherapi.PodNetworkKubeVirtTap, podNetVMI(), attachments)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,37 +64,35 @@ func TestPodNetworkPhase2GetsTheConvertersInterfacesAndItsResultIsReported(t *te
 }
 
 func TestPodNetworkPhase2ErrorIsKubeVirtsLaunchersMessage(t *testing.T) {
-	fakePhase2(t, func(*v1.VirtualMachineInstance, map[string]string, *api.Domain) error {
+	phase2 := func(*v1.VirtualMachineInstance, map[string]string, *api.Domain) error {
 		return errors.New("Link not found")
-	})
-	_, err := setUpPodNetwork(launcherapi.PodNetworkKubeVirtTap, podNetVMI(), nil)
+	}
+	_, err := setUpPodNetwork(phase2, launcherapi.PodNetworkKubeVirtTap, podNetVMI(), nil)
 	if err == nil || err.Error() != "preparing the pod network failed: Link not found" {
 		t.Fatalf("error %v, want KubeVirt's launcher's words", err)
 	}
 }
 
 func TestPodNetworkPhase2IsNotRunWhereNothingSetThePodNetworkUp(t *testing.T) {
-	fakePhase2(t, func(*v1.VirtualMachineInstance, map[string]string, *api.Domain) error {
+	phase2 := func(*v1.VirtualMachineInstance, map[string]string, *api.Domain) error {
 		t.Fatal("phase 2 ran on QEMU's user-mode network")
 		return nil
-	})
+	}
 	for _, mode := range []string{launcherapi.PodNetworkUser, ""} {
-		if ifaces, err := setUpPodNetwork(mode, podNetVMI(), nil); err != nil || ifaces != nil {
+		if ifaces, err := setUpPodNetwork(phase2, mode, podNetVMI(), nil); err != nil || ifaces != nil {
 			t.Fatalf("--pod-network %q: %v, %v", mode, ifaces, err)
 		}
 	}
 }
 
 func TestSyncFailsWithPhase2sErrorAndStartsNoLauncher(t *testing.T) {
-	realMode := podNetwork
-	podNetwork = func() string { return launcherapi.PodNetworkKubeVirtTap }
-	t.Cleanup(func() { podNetwork = realMode })
-	fakePhase2(t, func(*v1.VirtualMachineInstance, map[string]string, *api.Domain) error {
-		return errors.New("failed to start DHCP server for interface eth0")
-	})
 	dir := t.TempDir()
 	f := Flags{Name: "vm1", Namespace: "ns", ShareDir: t.TempDir(), Launcher: filepath.Join(dir, "no-launcher")}
 	m := New(f, dir, slog.New(slog.DiscardHandler), io.Discard)
+	m.podNetwork = func() string { return launcherapi.PodNetworkKubeVirtTap }
+	m.phase2 = func(*v1.VirtualMachineInstance, map[string]string, *api.Domain) error {
+		return errors.New("failed to start DHCP server for interface eth0")
+	}
 	err := m.Sync(context.Background(), podNetVMI(), map[string]string{"default": string(v1.Tap)})
 	if err == nil || err.Error() != "preparing the pod network failed: failed to start DHCP server for interface eth0" {
 		t.Fatalf("Sync: %v, want KubeVirt's launcher's words", err)
