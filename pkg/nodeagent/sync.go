@@ -9,6 +9,7 @@ import (
 	k8sv1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	v1 "kubevirt.io/api/core/v1"
 
@@ -157,11 +158,21 @@ func (a *Agent) failPod(ctx context.Context, pod *k8sv1.Pod, cause error, c *con
 	return a.reportPod(ctx, pod, s)
 }
 
+// cached is the cache's copy of the pod at key, when it is the pod with
+// that UID.
+func (a *Agent) cached(key string, uid types.UID) (*k8sv1.Pod, bool) {
+	obj, ok, err := a.pods.GetStore().GetByKey(key)
+	if err != nil || !ok || obj.(*k8sv1.Pod).UID != uid {
+		return nil, false
+	}
+	return obj.(*k8sv1.Pod), true
+}
+
 // latest is the cache's copy of the pod at key if it is still pod (the
 // same UID), else pod.
 func (a *Agent) latest(key string, pod *k8sv1.Pod) *k8sv1.Pod {
-	if obj, ok, err := a.pods.GetStore().GetByKey(key); err == nil && ok && obj.(*k8sv1.Pod).UID == pod.UID {
-		return obj.(*k8sv1.Pod)
+	if p, ok := a.cached(key, pod.UID); ok {
+		return p
 	}
 	return pod
 }
@@ -171,12 +182,8 @@ func (a *Agent) latest(key string, pod *k8sv1.Pod) *k8sv1.Pod {
 // worker starting the pod holds its container, so the pod is read from
 // the cache; a report that loses a race is followed by the next.
 func (a *Agent) reportStarting(ctx context.Context, c *container, podIP netip.Addr) {
-	obj, ok, err := a.pods.GetStore().GetByKey(c.podKey.String())
-	if err != nil || !ok {
-		return
-	}
-	pod := obj.(*k8sv1.Pod)
-	if pod.UID != c.podUID || pod.DeletionTimestamp != nil {
+	pod, ok := a.cached(c.podKey.String(), c.podUID)
+	if !ok || pod.DeletionTimestamp != nil {
 		return
 	}
 	s := snapshot{StartedAt: c.startedAt, Containers: c.states.all()}
