@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/crashloop-harness/crashloop/pkg/clusterlite"
 	"github.com/crashloop-harness/crashloop/pkg/deviceplugin"
 	"github.com/crashloop-harness/crashloop/pkg/nodeagent"
+	"github.com/crashloop-harness/crashloop/pkg/podmanrm"
 )
 
 // --node-side values.
@@ -61,6 +63,7 @@ type nodeSide struct {
 	handler *clusterlite.Process
 	label   string
 	mode    *nodeagent.KubeletMode
+	log     *slog.Logger
 }
 
 // startNodeSide starts, for --node-side virt-handler, the node namespace
@@ -71,7 +74,7 @@ func (s *stack) startNodeSide(ctx context.Context, o upOptions) error {
 	if o.nodeSide != nodeSideHandler {
 		return nil
 	}
-	n := &nodeSide{label: nodeagent.LabelNode + "=" + o.nodeName}
+	n := &nodeSide{label: nodeagent.LabelNode + "=" + o.nodeName, log: s.log}
 	if err := clusterlite.RemoveNodeLeftovers(ctx, n.label, s.log); err != nil {
 		return err
 	}
@@ -153,12 +156,21 @@ func (n *nodeSide) stop() error {
 		errs = append(errs, n.handler.Stop(ctx))
 	}
 	if n.node != nil {
-		if _, err := n.node.Run(ctx, "podman", "stop", "--ignore", "--time", "20", "--filter", "label="+n.label); err != nil {
-			errs = append(errs, err)
+		podman := func(ctx context.Context, args ...string) (string, error) {
+			return n.node.Run(ctx, append([]string{"podman"}, args...)...)
 		}
-		out, err := n.node.Run(ctx, "podman", "ps", "--all", "--filter", "label="+n.label, "--format", "{{.Names}}")
-		if names := strings.Fields(out); err == nil && len(names) > 0 {
-			_, err = n.node.Run(ctx, append([]string{"podman", "rm", "--force", "--time", "0"}, names...)...)
+		// The graceful stop gives virt-handler and the launchers their
+		// SIGTERM; a container that ends meanwhile can make it fail, and
+		// the forced removal below is what must succeed.
+		if _, err := podman(ctx, "stop", "--ignore", "--time", "20", "--filter", "label="+n.label); err != nil {
+			n.log.Warn("stopping the node's containers", "err", err)
+		}
+		out, err := podman(ctx, "ps", "--all", "--filter", "label="+n.label, "--format", "{{.Names}}")
+		if err == nil {
+			err = podmanrm.Remove(ctx, podman, strings.Fields(out)...)
+		}
+		if err != nil {
+			err = fmt.Errorf("removing the node's containers: %w", err)
 		}
 		errs = append(errs, err, n.mode.RemoveNetwork(ctx), n.mode.RemoveImported(ctx), n.node.Stop())
 	}

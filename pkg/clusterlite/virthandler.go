@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/crashloop-harness/crashloop/pkg/kvmprobe"
+	"github.com/crashloop-harness/crashloop/pkg/podmanrm"
 )
 
 // KubeVirt's own virt-handler as its DaemonSet runs it
@@ -255,9 +256,13 @@ func RemoveNodeLeftovers(ctx context.Context, label string, log *slog.Logger) er
 		return nil
 	}
 	log.Warn("removing containers a killed node namespace left", "containers", names)
-	args := append([]string{"--pid", "--fork", "--kill-child", "--mount-proc", "podman", "rm", "--force", "--time", "0"}, names...)
-	if out, err := exec.CommandContext(ctx, "unshare", args...).CombinedOutput(); err != nil {
-		return fmt.Errorf("removing leftover node containers %v: %w: %s", names, err, out)
+	podman := func(ctx context.Context, args ...string) (string, error) {
+		argv := append([]string{"--pid", "--fork", "--kill-child", "--mount-proc", "podman"}, args...)
+		out, err := exec.CommandContext(ctx, "unshare", argv...).CombinedOutput()
+		return strings.TrimSpace(string(out)), err
+	}
+	if err := podmanrm.Remove(ctx, podman, names...); err != nil {
+		return fmt.Errorf("removing leftover node containers: %w", err)
 	}
 	return nil
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/launchrt"
+	"github.com/crashloop-harness/crashloop/pkg/podmanrm"
 )
 
 // KubeletMode is the node side in which KubeVirt's own virt-handler runs
@@ -109,6 +110,11 @@ func (m *KubeletMode) run(ctx context.Context, argv ...string) (string, error) {
 		return strings.TrimSpace(string(out)), fmt.Errorf("%s: %w: %s", strings.Join(argv[:min(len(argv), 3)], " "), err, strings.TrimSpace(string(out)))
 	}
 	return strings.TrimSpace(string(out)), nil
+}
+
+// podman runs podman with args inside the node namespace.
+func (m *KubeletMode) podman(ctx context.Context, args ...string) (string, error) {
+	return m.run(ctx, append([]string{"podman"}, args...)...)
 }
 
 // launchKubelet starts every container of the pod through procs (each a
@@ -555,8 +561,8 @@ func (k *kubeletPod) removeAll() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if out, err := k.mode.run(ctx, append([]string{"podman", "rm", "--force", "--ignore", "--time", "0"}, k.names...)...); err != nil {
-		k.log.Error("removing the pod's containers", "containers", k.names, "err", err, "out", out)
+	if err := podmanrm.Remove(ctx, k.mode.podman, k.names...); err != nil {
+		k.log.Error("removing the pod's containers", "containers", k.names, "err", err)
 	}
 	if k.mode.Network != nil {
 		// kubelet's CNI DEL, after the sandbox (whose namespace takes

@@ -19,6 +19,7 @@ import (
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/launchrt"
 	"github.com/crashloop-harness/crashloop/pkg/memcg"
+	"github.com/crashloop-harness/crashloop/pkg/podmanrm"
 	"github.com/crashloop-harness/crashloop/pkg/spawn"
 )
 
@@ -190,8 +191,8 @@ func (r *Podman) RemoveLeftovers(ctx context.Context, node string) error {
 		return nil
 	}
 	r.logger().Warn("removing containers a previous node agent left", "node", node, "containers", names)
-	if out, err := r.podman(ctx, append([]string{"rm", "--force", "--time", "0"}, names...)...); err != nil {
-		return fmt.Errorf("removing leftover containers %v: %v %s", names, err, out)
+	if err := podmanrm.Remove(ctx, r.podman, names...); err != nil {
+		return fmt.Errorf("removing leftover containers: %w", err)
 	}
 	return nil
 }
@@ -388,8 +389,8 @@ func (c *podmanContainer) watch() {
 func (c *podmanContainer) remove() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if out, err := c.r.podman(ctx, "rm", "--force", "--ignore", "--time", "0", c.name); err != nil {
-		c.r.logger().Error("removing container", "container", c.name, "err", err, "out", out)
+	if err := podmanrm.Remove(ctx, c.r.podman, c.name); err != nil {
+		c.r.logger().Error("removing container", "container", c.name, "err", err)
 	}
 }
 
