@@ -169,6 +169,7 @@ lint: deps
 ##   FUNCTEST_SERIAL=1 runs the suites one after another instead.
 functest: build images clusterlite image
 	@mkdir -p $(BUILD)/junit $(BUILD)/functest
+	@rm -f $(BUILD)/functest/*.json
 	@set -e; suites=$$(grep -l 'RunSpecs(' functests/*/*_test.go | xargs -n1 dirname | sort -u); \
 	cluster_pid=; if [ -z "$(FUNCTEST_SERIAL)" ] && echo "$$suites" | grep -qx functests/cluster; then \
 		suites=$$(echo "$$suites" | grep -vx functests/cluster); \
@@ -183,20 +184,33 @@ functest: build images clusterlite image
 	if [ $$rest = 0 ]; then \
 		echo "=== functional suite kubevirtmode/conformance"; \
 		(cd kubevirtmode && $(GO) test -v -count=1 -timeout 20m ./conformance -args -ginkgo.v -ginkgo.no-color \
-			-ginkgo.junit-report=$(CURDIR)/$(BUILD)/junit/kubevirt-conformance.xml $(FUNCTEST_FLAGS)) || rest=1; \
+			-ginkgo.junit-report=$(CURDIR)/$(BUILD)/junit/kubevirt-conformance.xml \
+			-ginkgo.json-report=$(CURDIR)/$(BUILD)/functest/kubevirt-conformance.json $(FUNCTEST_FLAGS)) || rest=1; \
 	fi; \
 	if [ -n "$$cluster_pid" ]; then \
 		echo "=== waiting for the cluster suite (pid $$cluster_pid)"; wait $$cluster_pid || true; \
 		echo "=== functional suite cluster (its output)"; cat $(BUILD)/functest/cluster.log; \
 		[ "$$(cat $(BUILD)/functest/cluster.rc)" = 0 ] || rest=1; \
 	fi; \
+	if [ $$rest != 0 ]; then echo "=== what failed (first lines of each failure; the suites' reports: $(BUILD)/functest/*.json)"; \
+		jq -r "$$FUNCTEST_FAILURES" $(BUILD)/functest/*.json || true; fi; \
 	exit $$rest
 
 # functest-suite: one suite, SUITE=functests/<name>
 functest-suite:
 	@echo "=== functional suite $(notdir $(SUITE))"
 	$(GO) test -v -count=1 -timeout 40m ./$(SUITE) -args -ginkgo.v -ginkgo.no-color \
-		-ginkgo.junit-report=$(CURDIR)/$(BUILD)/junit/$(notdir $(SUITE)).xml $(FUNCTEST_FLAGS)
+		-ginkgo.junit-report=$(CURDIR)/$(BUILD)/junit/$(notdir $(SUITE)).xml \
+		-ginkgo.json-report=$(CURDIR)/$(BUILD)/functest/$(notdir $(SUITE)).json $(FUNCTEST_FLAGS)
+
+# FUNCTEST_FAILURES is the jq program that prints, for every spec or suite
+# node of a ginkgo JSON report that did not pass, its suite, its name, its
+# node and place, and the first lines of its failure message: the digest
+# that ends a failed `make functest`, so that the end of CI's output says
+# why.
+export FUNCTEST_FAILURES := .[] | .SuiteDescription as $$s | .SpecReports[]? \
+	| select(.State != "passed" and .State != "skipped" and .State != "pending") \
+	| "FAILED \($$s): \((["[" + .LeafNodeType + "]"] + (.ContainerHierarchyTexts // []) + [.LeafNodeText]) | map(select(. != "")) | join(" ")), \(.State) at \(.Failure.Location.FileName // "?" | split("/") | last):\(.Failure.Location.LineNumber // 0)\n\(.Failure.Message // "" | split("\n") | .[:12] | map("    " + .) | join("\n"))"
 
 ## bench: one table of launch latencies (warm, cold, as PID 1, boot) against virsh and the QEMU floor, crash path, RSS
 ##   (BACKPORTS=1: the start rows on Debian 12's libvirt/QEMU and on the backports root's, in turn)

@@ -172,7 +172,7 @@ func (s *liteStack) stop() {
 	Expect(err).NotTo(HaveOccurred())
 	Expect(st.Killed).To(BeFalse(), "clusterlite up did not stop within 3 minutes of SIGTERM")
 	fmt.Fprintf(GinkgoWriter, "cluster-lite stopped in %s\n", time.Since(begin).Round(100*time.Millisecond))
-	Expect(st.Exit.Code).To(Equal(0), "clusterlite up exit status; log %s:\n%s", s.logPath, tail(s.logPath, 3000))
+	Expect(st.Exit.Code).To(Equal(0), "clusterlite up did not stop cleanly: %s\nits log %s ends:\n%s", failures(s.logPath), s.logPath, tail(s.logPath, 3000))
 	Expect(s.pids).NotTo(BeEmpty(), "clusterlite wrote no pids file")
 	for _, pid := range s.pids {
 		Expect(syscall.Kill(pid, 0)).To(MatchError(syscall.ESRCH), "process %d of cluster-lite is still alive", pid)
@@ -221,6 +221,29 @@ func readPIDs(path string) []int {
 		}
 	}
 	return pids
+}
+
+// failures returns the error lines of a cluster-lite log (slog's
+// level=ERROR, which "clusterlite failed" and every tear-down step's
+// error are), so that a failed stop names its cause before the log's tail.
+func failures(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "(its log cannot be read: " + err.Error() + ")"
+	}
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "level=ERROR") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) == 0 {
+		return "(no level=ERROR line in its log)"
+	}
+	if len(lines) > 5 {
+		lines = lines[len(lines)-5:]
+	}
+	return strings.Join(lines, "\n")
 }
 
 func tail(path string, n int) string {
