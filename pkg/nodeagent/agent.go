@@ -78,7 +78,20 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	// Logger receives structured logs.
 	Logger *slog.Logger
+	// Workers is how many pods and VMIs are synced at once; 0 means
+	// DefaultWorkers, or KubeletWorkers with Kubelet.
+	Workers int
 }
+
+// Sync workers: the agent playing virt-handler keeps a start short (one
+// spawn), so two suffice; as kubelet, a pod's start is several `podman
+// run` in turn and holds its worker for seconds, and kubelet runs a
+// worker per pod, so that a burst of starts does not hold back the
+// other pods' starts and status reports.
+const (
+	DefaultWorkers = 2
+	KubeletWorkers = 16
+)
 
 // Agent is a running node agent.
 type Agent struct {
@@ -187,7 +200,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	} else {
 		go a.heartbeat(ctx)
 	}
-	for i := 0; i < 2; i++ {
+	workers := a.cfg.Workers
+	switch {
+	case workers > 0:
+	case a.cfg.Kubelet != nil:
+		workers = KubeletWorkers
+	default:
+		workers = DefaultWorkers
+	}
+	for i := 0; i < workers; i++ {
 		go a.work(ctx)
 	}
 	<-ctx.Done()
