@@ -60,7 +60,10 @@ func (r Process) Start(_ context.Context, spec Spec) (Launcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &child{p: p, ref: RefOf(p.PID())}, nil
+	// The start time comes from spawn, read before the child could be
+	// reaped: RefOf here would find nothing of a launcher that already
+	// ended.
+	return &child{p: p, ref: Ref{PID: p.PID(), StartTicks: p.StartTicks()}}, nil
 }
 
 // child is a launcher this process started.

@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"syscall"
 	"time"
+
+	"github.com/crashloop-harness/crashloop/pkg/procfs"
 )
 
 // KillWait bounds the wait for a process after SIGKILL; only a process
@@ -44,6 +46,8 @@ type Process struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	exit   Exit
+	// startTicks is the child's start time, read before it was reaped.
+	startTicks uint64
 }
 
 // Start starts spec's program in its own process group. The child
@@ -89,6 +93,12 @@ func start(spec Spec, dieWithParent bool, run func(*exec.Cmd) error) (*Process, 
 		return nil, fmt.Errorf("starting %s: %w", spec.Path, err)
 	}
 	p.cmd = cmd
+	// Until the reaper below waits for it, the child's /proc entry stays,
+	// even when it has already exited: its start time read here is its
+	// own, never a reused PID's, and never missing.
+	if st, err := procfs.ReadStat(cmd.Process.Pid); err == nil {
+		p.startTicks = st.StartTicks
+	}
 	go func() {
 		waitErr := cmd.Wait()
 		p.exit = decodeExit(cmd.ProcessState, waitErr)
@@ -129,6 +139,12 @@ func openOutputs(spec *Spec) ([]*os.File, error) {
 
 // PID is the child's process id.
 func (p *Process) PID() int { return p.cmd.Process.Pid }
+
+// StartTicks is the child's start time in clock ticks since boot (field
+// 22 of /proc/PID/stat), read before it could be reaped; with the PID it
+// names the process even after the PID is reused. 0 when it could not be
+// read.
+func (p *Process) StartTicks() uint64 { return p.startTicks }
 
 // Done is closed once the child has ended and been reaped.
 func (p *Process) Done() <-chan struct{} { return p.done }

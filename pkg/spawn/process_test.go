@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crashloop-harness/crashloop/pkg/procfs"
 	"github.com/crashloop-harness/crashloop/pkg/procfs/procfstest"
 )
 
@@ -152,5 +153,39 @@ func TestTail(t *testing.T) {
 	}
 	if _, err := Tail(filepath.Join(t.TempDir(), "missing"), 2); err == nil {
 		t.Error("Tail of a missing file did not fail")
+	}
+}
+
+// TestStartTicksOfAnEndedChild: a child that has exited and been reaped
+// still has the start time read before its reaper ran, while /proc no
+// longer has it to read (what launchrt's Ref of a launcher that failed at
+// once used to miss).
+func TestStartTicksOfAnEndedChild(t *testing.T) {
+	for i := 0; i < 20; i++ {
+		p, err := Start(Spec{Path: "/bin/true"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-p.Done()
+		if p.StartTicks() == 0 {
+			t.Fatalf("run %d: an ended child's StartTicks is 0", i)
+		}
+		// What reading /proc after the reaper found: nothing, or a
+		// process that reused the PID.
+		if st, err := procfs.ReadStat(p.PID()); err == nil && st.StartTicks == p.StartTicks() {
+			t.Fatalf("run %d: pid %d still in /proc after it was reaped", i, p.PID())
+		}
+	}
+	self, err := procfs.ReadStat(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Start(Spec{Path: "/bin/true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-p.Done()
+	if p.StartTicks() < self.StartTicks {
+		t.Fatalf("child's StartTicks %d before this test's own %d", p.StartTicks(), self.StartTicks)
 	}
 }
