@@ -7,62 +7,122 @@ import (
 	"testing"
 )
 
-// racing fails like podman 4.3 does for the first n calls, then succeeds,
-// and records every call's arguments.
-type racing struct {
-	n     int
-	calls [][]string
-	fail  string
+// fakePodman plays podman's rm and ps: rm fails with fail for the first n
+// calls, removing only the names in sticky's complement, and then removes
+// everything; ps lists what is left. It records every rm.
+type fakePodman struct {
+	n      int
+	fail   string
+	exists map[string]bool
+	// sticky names survive a failed rm (the racing ones).
+	sticky map[string]bool
+	rms    [][]string
+	psErr  error
 }
 
-func (r *racing) run(_ context.Context, args ...string) (string, error) {
-	r.calls = append(r.calls, args)
-	if len(r.calls) <= r.n {
-		return r.fail, errors.New("exit status 2")
+func newFake(n int, fail string, names []string, sticky ...string) *fakePodman {
+	f := &fakePodman{n: n, fail: fail, exists: map[string]bool{}, sticky: map[string]bool{}}
+	for _, name := range names {
+		f.exists[name] = true
 	}
-	return "", nil
+	for _, name := range sticky {
+		f.sticky[name] = true
+	}
+	return f
 }
 
-const raceOutput = `Error: cannot remove container 5651 as it could not be stopped: sending SIGKILL to container 5651: container state improper: stopped`
+func (f *fakePodman) run(_ context.Context, args ...string) (string, error) {
+	switch args[0] {
+	case "ps":
+		if f.psErr != nil {
+			return "", f.psErr
+		}
+		var names []string
+		for n := range f.exists {
+			names = append(names, n)
+		}
+		return strings.Join(names, "\n"), nil
+	case "rm":
+		names := args[5:]
+		f.rms = append(f.rms, names)
+		failing := len(f.rms) <= f.n
+		for _, n := range names {
+			if !failing || !f.sticky[n] {
+				delete(f.exists, n)
+			}
+		}
+		if failing {
+			return f.fail, errors.New("exit status 2")
+		}
+		return "", nil
+	}
+	return "", errors.New("unexpected podman " + strings.Join(args, " "))
+}
+
+const (
+	stateImproper = `Error: cannot remove container 5651 as it could not be stopped: sending SIGKILL to container 5651: container state improper: stopped`
+	noSuch        = `Error: container 5651 does not exist in database: no such container`
+)
 
 func TestRemoveRidesOutTheRace(t *testing.T) {
-	r := &racing{n: 2, fail: raceOutput}
-	if err := Remove(context.Background(), r.run, "a", "b"); err != nil {
+	f := newFake(2, stateImproper, []string{"a", "b", "c"}, "b")
+	if err := Remove(context.Background(), f.run, "a", "b"); err != nil {
 		t.Fatalf("Remove: %v", err)
 	}
-	if len(r.calls) != 3 {
-		t.Fatalf("podman ran %d times, want 3 (two refusals, then the removal)", len(r.calls))
+	if len(f.rms) != 3 {
+		t.Fatalf("podman rm ran %d times, want 3 (two refusals, then the removal)", len(f.rms))
 	}
-	want := "rm --force --ignore --time 0 a b"
-	for _, c := range r.calls {
-		if got := strings.Join(c, " "); got != want {
-			t.Errorf("podman %s, want podman %s", got, want)
-		}
+	if got := strings.Join(f.rms[1], " "); got != "b" {
+		t.Errorf("the retry removed %q, want only what was left, b", got)
+	}
+	if !f.exists["c"] || f.exists["a"] || f.exists["b"] {
+		t.Errorf("containers left %v, want only c, which was not named", f.exists)
+	}
+}
+
+func TestRemoveSucceedsWhenTheContainersAreGone(t *testing.T) {
+	// A --rm container removed itself while rm worked on it: podman
+	// fails, and nothing named is left.
+	f := newFake(1, noSuch, []string{"a"})
+	if err := Remove(context.Background(), f.run, "a"); err != nil {
+		t.Fatalf("Remove = %v, want success: the container is gone", err)
+	}
+	if len(f.rms) != 1 {
+		t.Fatalf("podman rm ran %d times, want 1", len(f.rms))
 	}
 }
 
 func TestRemoveReturnsOtherErrorsAtOnce(t *testing.T) {
-	r := &racing{n: 5, fail: "Error: database is locked"}
-	err := Remove(context.Background(), r.run, "a")
+	f := newFake(5, "Error: database is locked", []string{"a"}, "a")
+	err := Remove(context.Background(), f.run, "a")
 	if err == nil || !strings.Contains(err.Error(), "database is locked") || !strings.Contains(err.Error(), "podman rm a") {
 		t.Fatalf("Remove = %v, want podman's own error naming the container", err)
 	}
-	if len(r.calls) != 1 {
-		t.Fatalf("podman ran %d times, want 1: only the race is tried again", len(r.calls))
+	if len(f.rms) != 1 {
+		t.Fatalf("podman rm ran %d times, want 1: only the races are tried again", len(f.rms))
+	}
+}
+
+func TestRemoveSaysWhenItCannotList(t *testing.T) {
+	f := newFake(1, stateImproper, []string{"a"}, "a")
+	f.psErr = errors.New("exit status 125")
+	err := Remove(context.Background(), f.run, "a")
+	if err == nil || !strings.Contains(err.Error(), "listing containers") || !strings.Contains(err.Error(), "state improper") {
+		t.Fatalf("Remove = %v, want the removal's and the listing's errors", err)
 	}
 }
 
 func TestRemoveGivesUpWhenTheContextEnds(t *testing.T) {
-	r := &racing{n: 1 << 30, fail: raceOutput}
+	f := newFake(1<<30, stateImproper, []string{"a"}, "a")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*retryEvery)
 	defer cancel()
-	err := Remove(ctx, r.run, "a")
-	if err == nil || !strings.Contains(err.Error(), "still refused after") {
+	err := Remove(ctx, f.run, "a")
+	if err == nil || !strings.Contains(err.Error(), "still there after") {
 		t.Fatalf("Remove = %v, want the race's error once the context ended", err)
 	}
 	// Three pauses fit in the context: a retry, and no spinning.
-	if len(r.calls) < 2 || len(r.calls) > 5 {
-		t.Fatalf("podman ran %d times in %s, want 2 to 5 (one every %s)", len(r.calls), 3*retryEvery, retryEvery)
+	if len(f.rms) < 2 || len(f.rms) > 5 {
+		t.Fatalf("podman rm ran %d times in %s, want 2 to 5 (one every %s)", len(f.rms), 3*retryEvery, retryEvery)
 	}
 	if ctx.Err() == nil {
 		t.Fatal("Remove returned before its context ended")
@@ -70,8 +130,8 @@ func TestRemoveGivesUpWhenTheContextEnds(t *testing.T) {
 }
 
 func TestRemoveNothing(t *testing.T) {
-	r := &racing{}
-	if err := Remove(context.Background(), r.run); err != nil || len(r.calls) != 0 {
-		t.Fatalf("Remove() = %v after %d podman runs, want nil and none", err, len(r.calls))
+	f := newFake(0, "", nil)
+	if err := Remove(context.Background(), f.run); err != nil || len(f.rms) != 0 {
+		t.Fatalf("Remove() = %v after %d podman rm, want nil and none", err, len(f.rms))
 	}
 }
