@@ -36,11 +36,14 @@ var races = []string{"container state improper", "no such container", "does not 
 // retryEvery is the pause between two attempts after a race.
 const retryEvery = 200 * time.Millisecond
 
-// Remove removes the named containers, with no stop timeout, ignoring
-// names that are already gone. An empty list is a no-op.
+// Remove removes the named containers and their anonymous volumes (an
+// image's VOLUME, such as the launcher image's, makes one for every
+// container that mounts nothing there; each holds one of podman's 2048
+// locks until it is removed), with no stop timeout, ignoring names that
+// are already gone. An empty list is a no-op.
 func Remove(ctx context.Context, podman Podman, names ...string) error {
 	for attempt := 1; len(names) > 0; attempt++ {
-		out, err := podman(ctx, append([]string{"rm", "--force", "--ignore", "--time", "0"}, names...)...)
+		out, err := podman(ctx, append([]string{"rm", "--force", "--ignore", "--volumes", "--time", "0"}, names...)...)
 		if err == nil {
 			return nil
 		}

@@ -43,7 +43,10 @@ func (f *fakePodman) run(_ context.Context, args ...string) (string, error) {
 		}
 		return strings.Join(names, "\n"), nil
 	case "rm":
-		names := args[5:]
+		if got := strings.Join(args[:6], " "); got != "rm --force --ignore --volumes --time 0" {
+			return "", errors.New("unexpected podman " + got)
+		}
+		names := args[6:]
 		f.rms = append(f.rms, names)
 		failing := len(f.rms) <= f.n
 		for _, n := range names {
