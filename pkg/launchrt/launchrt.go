@@ -123,15 +123,6 @@ type Ref struct {
 	StartTicks uint64 `json:"startTicks"`
 }
 
-// RefOf is the Ref of a running process.
-func RefOf(pid int) Ref {
-	r := Ref{PID: pid}
-	if st, err := procfs.ReadStat(pid); err == nil {
-		r.StartTicks = st.StartTicks
-	}
-	return r
-}
-
 // Alive reports whether the process is still the one that was started.
 func (r Ref) Alive() bool {
 	st, err := procfs.ReadStat(r.PID)
