@@ -78,9 +78,6 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	// Logger receives structured logs.
 	Logger *slog.Logger
-	// Workers is how many pods and VMIs are synced at once; 0 means
-	// DefaultWorkers, or KubeletWorkers with Kubelet.
-	Workers int
 }
 
 // Sync workers: the agent playing virt-handler keeps a start short (one
@@ -200,13 +197,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	} else {
 		go a.heartbeat(ctx)
 	}
-	workers := a.cfg.Workers
-	switch {
-	case workers > 0:
-	case a.cfg.Kubelet != nil:
+	workers := DefaultWorkers
+	if a.cfg.Kubelet != nil {
 		workers = KubeletWorkers
-	default:
-		workers = DefaultWorkers
 	}
 	for i := 0; i < workers; i++ {
 		go a.work(ctx)
