@@ -97,8 +97,10 @@ func matrixStack(ctx SpecContext) matrixSide {
 // virt-handler (clear-running, running-fail, rerun-succeeded,
 // scheduled-stop) then run its phase-1 network set-up (and the monitor
 // KubeVirt's phase 2) as a user's VM does,
-// for about 0.1 s; the fail-fast rows' VMIs fail while Scheduling, before
-// virt-handler sees them, so their network does not enter the result. The
+// for about 0.1 s; the fail-fast rows' launchers end before a network
+// could be set up for them (their VMIs mostly fail while Scheduling,
+// before virt-handler sees them; failedPathsBySide), so their network
+// does not enter the result. The
 // guest asks for no DHCP lease (no harness.dhcp), so what the guest does
 // on the network plays no part in a row.
 func withPodNetwork(vm *v1.VirtualMachine) *v1.VirtualMachine {
@@ -114,29 +116,59 @@ func matrixVM(name string, strategy v1.VirtualMachineRunStrategy, testGuest bool
 	return withPodNetwork(crashingVM(name, strategy, testGuest))
 }
 
+// failedPath is one way a fail-fast VMI can end on a node side: its
+// phases, the field manager that must be among its managers, and the
+// verdict the fidelity table shows.
+type failedPath struct{ phases, manager, verdict string }
+
 // Where the two node sides differ for a launcher that fails at once (the
 // fail-fast rows' VMIs), as the row's first failed KubeVirt VMI shows it.
-// virt-controller hands a VMI over (Scheduled) only once its pod is ready,
-// and fails it itself while it is Scheduling when the pod is down
-// (Controller.updateStatus, pkg/virt-controller/watch/vmi/lifecycle.go,
-// IsPodReady and IsPodDownOrGoingDown). Our node agent as virt-handler
-// reports the pod Running when compute starts, so the VMI is handed over
-// and the agent fails it; as kubelet under KubeVirt's virt-handler it
-// reports Running only once podman shows every container running, as
-// kubelet does from the runtime's state, and the fail-fast compute ends
-// first: virt-controller fails the VMI while Scheduling and virt-handler
-// never sees it. The VM controller counts a final VMI that never ran
-// whoever wrote its phase, so the rows' compared fields do not move.
-var failedPathBySide = map[string]struct{ phases, manager, verdict string }{
-	nodeSideVirtHandler: {"Pending → Scheduling → Failed", "virt-controller",
-		"virt-handler: failed by virt-controller while Scheduling, its pod down before it was ready (never handed over)"},
-	nodeSideAgent: {"Pending → Scheduling → Scheduled → Failed", "clusterlite",
-		"agent: handed over (Scheduled) once compute started, failed by the agent as virt-handler"},
+// virt-controller hands a VMI over (Scheduled) only once its pod is ready
+// (compute running, every other container ready) and fails it itself
+// while it is Scheduling when the pod is down (Controller.updateStatus,
+// pkg/virt-controller/watch/vmi/lifecycle.go, IsPodReady and
+// IsPodDownOrGoingDown); a Scheduled VMI whose pod is down but still there
+// is virt-handler's to fail. Our node agent as virt-handler reports the
+// pod Running when compute starts, so the VMI is always handed over and
+// the agent fails it. As kubelet under KubeVirt's virt-handler the agent
+// reports container states from podman's (as kubelet does from the
+// runtime's), polled while the pod starts, and the fail-fast compute lives
+// for a moment: mostly it has ended by the first look that sees every
+// container, so virt-controller fails the VMI while Scheduling and
+// virt-handler never sees it, but on a loaded machine (CI's stop 30 run,
+// two cores and every suite at once) a look can catch compute running, the
+// VMI is handed over and virt-handler fails it. Real kubelet has the same
+// race between its relist and a container that exits at once, so both
+// paths are KubeVirt's and both are accepted, each whole: its phases, its
+// writer, and nothing written by the agent. The VM controller counts a
+// final VMI that never ran whoever wrote its phase, so the rows' compared
+// fields do not move.
+var failedPathsBySide = map[string][]failedPath{
+	nodeSideVirtHandler: {
+		{"Pending → Scheduling → Failed", "virt-controller",
+			"virt-handler: failed by virt-controller while Scheduling, its pod down before it was ready (never handed over)"},
+		{"Pending → Scheduling → Scheduled → Failed", "virt-handler",
+			"virt-handler: handed over while compute still ran, then failed by virt-handler (kubelet's status race, see failedPathsBySide)"},
+	},
+	nodeSideAgent: {
+		{"Pending → Scheduling → Scheduled → Failed", "clusterlite",
+			"agent: handed over (Scheduled) once compute started, failed by the agent as virt-handler"},
+	},
+}
+
+// matches reports whether a failed VMI's phases and managers are this
+// path on side: the phases, the path's writer, virt-controller, no
+// virt-handler where the path is virt-controller's, and the agent only
+// where it plays virt-handler.
+func (f failedPath) matches(side, phases string, managers []string) bool {
+	return phases == f.phases && slices.Contains(managers, f.manager) && slices.Contains(managers, "virt-controller") &&
+		(f.manager == "virt-handler" || !slices.Contains(managers, "virt-handler")) &&
+		(side == nodeSideAgent || !slices.Contains(managers, "clusterlite"))
 }
 
 // addFailedPath records the phases and field managers of the row's first
 // failed KubeVirt VMI against its node side's expectation
-// (failedPathBySide); on a cluster at KUBECONFIG it only records them.
+// (failedPathsBySide); on a cluster at KUBECONFIG it only records them.
 func addFailedPath(m *matrix, id string, p matrixPair) {
 	const rule = "the first failed VMI's phases and field managers on KubeVirt's side (the node side's part)"
 	const ours = "(not compared: our controller runs its launcher itself)"
@@ -147,14 +179,18 @@ func addFailedPath(m *matrix, id string, p matrixPair) {
 	}
 	managers := managersOf(vmi.ManagedFields)
 	kv := fmt.Sprintf("%s, managers %s", phasePath(vmi), strings.Join(managers, ", "))
-	want, checked := failedPathBySide[p.side]
+	paths, checked := failedPathsBySide[p.side]
 	if !checked {
 		m.expect(id, rule, kv, ours, true, "recorded, not checked: the cluster's own node side")
 		return
 	}
-	// virt-handler writes to neither side's failed VMI, the agent only
-	// where it plays virt-handler.
-	ok := phasePath(vmi) == want.phases && slices.Contains(managers, want.manager) && !slices.Contains(managers, "virt-handler") &&
-		(p.side == nodeSideAgent || !slices.Contains(managers, "clusterlite"))
-	m.expect(id, rule, kv, ours, ok, want.verdict)
+	var expected []string
+	for _, f := range paths {
+		if f.matches(p.side, phasePath(vmi), managers) {
+			m.expect(id, rule, kv, ours, true, f.verdict)
+			return
+		}
+		expected = append(expected, f.verdict)
+	}
+	m.expect(id, rule, kv, ours, false, strings.Join(expected, "; or "))
 }
