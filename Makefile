@@ -205,13 +205,14 @@ functest-suite:
 
 # FUNCTEST_FAILURES is the jq program that prints, for every spec or suite
 # node of a ginkgo JSON report that did not pass, its suite, its name, its
-# node and place, and the first 8 lines of its failure message (400
-# characters each at most): the digest
+# node and place, and the first 10 lines of its failure message (400
+# characters each at most), leaving out the empty fields of an API error's
+# dump so that its Message, Reason and Code show: the digest
 # that ends a failed `make functest`, so that the end of CI's output says
 # why.
 export FUNCTEST_FAILURES := .[] | .SuiteDescription as $$s | .SpecReports[]? \
 	| select(.State != "passed" and .State != "skipped" and .State != "pending") \
-	| "FAILED \($$s): \((["[" + .LeafNodeType + "]"] + (.ContainerHierarchyTexts // []) + [.LeafNodeText]) | map(select(. != "")) | join(" ")), \(.State) at \(.Failure.Location.FileName // "?" | split("/") | last):\(.Failure.Location.LineNumber // 0)\n\(.Failure.Message // "" | split("\n") | .[:8] | map("    " + .[:400]) | join("\n"))"
+	| "FAILED \($$s): \((["[" + .LeafNodeType + "]"] + (.ContainerHierarchyTexts // []) + [.LeafNodeText]) | map(select(. != "")) | join(" ")), \(.State) at \(.Failure.Location.FileName // "?" | split("/") | last):\(.Failure.Location.LineNumber // 0)\n\(.Failure.Message // "" | split("\n") | map(select(test("^\\s*((TypeMeta|ListMeta|SelfLink|ResourceVersion|Continue|RemainingItemCount|ErrStatus|Details)\\b|[{}],?\\s*$$)") | not)) | .[:10] | map("    " + .[:400]) | join("\n"))"
 
 ## bench: one table of launch latencies (warm, cold, as PID 1, boot) against virsh and the QEMU floor, crash path, RSS
 ##   (BACKPORTS=1: the start rows on Debian 12's libvirt/QEMU and on the backports root's, in turn)
