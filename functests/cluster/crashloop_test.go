@@ -358,8 +358,15 @@ func stopKVLoops(ctx context.Context, always, rerun *kvLoop) {
 	}
 
 	By("KubeVirt, RerunOnFailure: what stops it: drop the pending Start request from the status, then Halted")
-	drop := []byte(`[{"op":"remove","path":"/status/stateChangeRequests"}]`)
-	_, err = vms.Patch(ctx, rerun.name, types.JSONPatchType, drop, metav1.PatchOptions{}, "status")
+	// A merge patch's null removes the requests if they are still there:
+	// on a loaded machine virt-controller can act on the Start request
+	// (with Always, a new VMI) before this patch, which CI's rehearsal of
+	// stop 31 saw (stateChangeRequests [] and the VM Starting above); a
+	// JSON patch's remove of the missing path is refused (422). Halted
+	// then stops that VMI instead, and the caller's wait for Stopped
+	// holds either way.
+	drop := []byte(`{"status":{"stateChangeRequests":null}}`)
+	_, err = vms.Patch(ctx, rerun.name, types.MergePatchType, drop, metav1.PatchOptions{}, "status")
 	Expect(err).NotTo(HaveOccurred())
 	_, err = vms.Patch(ctx, rerun.name, types.JSONPatchType, halt, metav1.PatchOptions{})
 	Expect(err).NotTo(HaveOccurred())
