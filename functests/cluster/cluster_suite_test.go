@@ -89,6 +89,9 @@ type liteStack struct {
 	// netBefore the host namespace's network configuration.
 	tmpBefore map[string]bool
 	netBefore string
+	// volumesBefore are podman's dangling volumes before the stack
+	// started (nil without podman).
+	volumesBefore map[string]bool
 }
 
 // tmpEntries lists the names in the system's temporary folder.
@@ -128,7 +131,7 @@ func startLite(repo string) *liteStack {
 func runLite(binDir, logName string, args ...string) *liteStack {
 	state, err := os.MkdirTemp("", "clusterlite-lane-")
 	Expect(err).NotTo(HaveOccurred())
-	s := &liteStack{stateDir: state, logPath: filepath.Join(artifacts, logName), started: time.Now(), netBefore: hostNetwork()}
+	s := &liteStack{stateDir: state, logPath: filepath.Join(artifacts, logName), started: time.Now(), netBefore: hostNetwork(), volumesBefore: danglingVolumes()}
 	ready := make(chan string, 1)
 	netns := make(chan string, 1)
 	out := spawn.NewLineWriter(func(b []byte) {
@@ -185,6 +188,7 @@ func (s *liteStack) stop() {
 	Expect(os.IsNotExist(err)).To(BeTrue(), "state folder %s left behind", s.stateDir)
 	s.checkNetworkGone()
 	checkNoContainers()
+	s.checkNoVolumes()
 	var left []string
 	for name := range tmpEntries() {
 		if !s.tmpBefore[name] && ours(name) {

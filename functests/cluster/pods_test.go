@@ -86,6 +86,45 @@ func checkNoContainers() {
 	Expect(nodeContainers()).To(BeEmpty(), "containers of node %s left after tear-down", liteNode)
 }
 
+// danglingVolumes lists podman's volumes that no container uses, or nil
+// where there is no podman.
+func danglingVolumes() map[string]bool {
+	if _, err := exec.LookPath("podman"); err != nil {
+		return nil
+	}
+	out, err := podman("volume", "ls", "--filter", "dangling=true", "--format", "{{.Name}}")
+	Expect(err).NotTo(HaveOccurred(), "podman volume ls: %s", out)
+	names := map[string]bool{}
+	for _, n := range strings.Fields(out) {
+		names[n] = true
+	}
+	return names
+}
+
+// checkNoVolumes fails if a volume no container uses appeared while the
+// stack ran. The launcher image declares a VOLUME, so podman gives every
+// container of it an anonymous volume, which a removal without --volumes
+// keeps: about 240 of them per `make test` until the machine's lock pool
+// (num_locks, 2048) ran out and pod starts were refused. Another suite's
+// `--rm` container can be between its removal and its volume's, so the
+// check waits a little for such a volume to go.
+func (s *liteStack) checkNoVolumes() {
+	if s.volumesBefore == nil {
+		return
+	}
+	left := func() []string {
+		var names []string
+		for n := range danglingVolumes() {
+			if !s.volumesBefore[n] {
+				names = append(names, n)
+			}
+		}
+		return names
+	}
+	Eventually(left).WithTimeout(15*time.Second).WithPolling(500*time.Millisecond).Should(BeEmpty(),
+		"podman volumes no container uses, new since the stack started (a container removed without its anonymous volumes)")
+}
+
 // inspected is what the specs read from `podman inspect`.
 type inspected struct {
 	Name      string
