@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -82,10 +83,42 @@ var _ = Describe("the node agent's kubelet identity under KubeVirt's virt-handle
 		Expect(err).NotTo(HaveOccurred())
 		Expect(vmi.Status.Reason).NotTo(Equal("written by the node agent"))
 		Expect(managersOf(vmi.ManagedFields)).NotTo(ContainElement("clusterlite"))
-		AddReportEntry("cluster-virt-handler-kubelet-identity", fmt.Sprintf("as %s %v: VMI status patch → %s; VMI get → %s; list of all pods → %s; own node status patch → accepted",
-			review.Status.UserInfo.Username, review.Status.UserInfo.Groups, firstLine(patchErr), firstLine(getErr), firstLine(listErr)))
+
+		By("over the stack's life the API server's authorization refused this spec's three requests and no other: KubeVirt's components and the agent are allowed all they ask")
+		authz, admission := refusals(ctx, kc)
+		Expect(authz).To(Equal(3), "requests refused by authorization (authorization_attempts_total, no-opinion and denied): this spec's VMI patch, VMI get and pod list only")
+		AddReportEntry("cluster-virt-handler-kubelet-identity", fmt.Sprintf("as %s %v: VMI status patch → %s; VMI get → %s; list of all pods → %s; own node status patch → accepted; over the stack's life %d requests refused by authorization, and these answered 403 by admission: %v",
+			review.Status.UserInfo.Username, review.Status.UserInfo.Groups, firstLine(patchErr), firstLine(getErr), firstLine(listErr), authz, admission))
 	})
 })
+
+// refusals reads from the API server's metrics how many requests its
+// authorizers refused (authorization_attempts_total, results no-opinion
+// and denied: the metric has no user or resource) and the series of
+// requests answered 403 past authorization, by admission
+// (apiserver_request_total, which counts only requests that reached a
+// handler).
+func refusals(ctx SpecContext, kc kubecli.KubevirtClient) (authz int, admission []string) {
+	body, err := kc.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	Expect(err).NotTo(HaveOccurred(), "the API server's /metrics")
+	for _, line := range strings.Split(string(body), "\n") {
+		i := strings.LastIndex(line, " ")
+		if i < 0 || strings.HasPrefix(line, "#") {
+			continue
+		}
+		n, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		switch {
+		case line[:i] == `authorization_attempts_total{result="no-opinion"}`, line[:i] == `authorization_attempts_total{result="denied"}`:
+			authz += int(n)
+		case strings.HasPrefix(line, "apiserver_request_total{") && strings.Contains(line, `code="403"`):
+			admission = append(admission, line)
+		}
+	}
+	return authz, admission
+}
 
 // firstLine is err's message up to its first line break.
 func firstLine(err error) string {
