@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,7 +37,9 @@ var _ = Describe("the node agent's kubelet identity under KubeVirt's virt-handle
 		Expect(review.Status.UserInfo.Username).To(Equal("system:node:" + s.node))
 		Expect(review.Status.UserInfo.Groups).To(ContainElement("system:nodes"))
 		Expect(review.Status.UserInfo.Groups).NotTo(ContainElement("system:masters"))
-		Expect(tail(s.logPath, 1<<20)).To(ContainSubstring(`msg="node agent identities" kubelet=system:node:`+s.node+" scheduler=system:kube-scheduler"),
+		stackLog, err := os.ReadFile(s.logPath)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(stackLog)).To(ContainSubstring(`msg="node agent identities" kubelet=system:node:`+s.node+" scheduler=system:kube-scheduler"),
 			"the stack's agent runs with this identity; stack log %s", s.logPath)
 
 		By("a VMI running on the node, its pod bound, started and reported by the agent as this kubelet")
