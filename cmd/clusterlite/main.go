@@ -42,12 +42,15 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/pflag"
 
 	"github.com/crashloop-harness/crashloop/pkg/clusterlite"
 	"github.com/crashloop-harness/crashloop/pkg/nodeagent"
+	"github.com/crashloop-harness/crashloop/pkg/spawn"
 )
 
 func main() {
@@ -183,4 +186,26 @@ func (o upOptions) agentMode() (string, *nodeagent.KubeVirtMode) {
 		return o.runtime, nil
 	}
 	return "podman", &nodeagent.KubeVirtMode{Driver: o.driver, ImageDir: o.imageDir}
+}
+
+// runLogged runs a command to completion with its output in logPath; it
+// is stopped (SIGTERM, then SIGKILL after 10 s) when ctx ends first.
+func runLogged(ctx context.Context, logPath, bin string, args ...string) error {
+	p, err := spawn.Start(spawn.Spec{Path: bin, Args: args, StdoutFile: logPath, StderrFile: logPath, Truncate: true})
+	if err != nil {
+		return err
+	}
+	select {
+	case <-p.Done():
+	case <-ctx.Done():
+		if _, err := p.Stop(context.Background(), 10*time.Second); err != nil {
+			return fmt.Errorf("%s: %w", filepath.Base(bin), err)
+		}
+		return fmt.Errorf("%s: %w", filepath.Base(bin), ctx.Err())
+	}
+	if e := p.Exit(); !e.Success() {
+		lines, _ := spawn.Tail(logPath, 30)
+		return fmt.Errorf("%s: %v\n%s", filepath.Base(bin), e, strings.Join(lines, "\n"))
+	}
+	return nil
 }

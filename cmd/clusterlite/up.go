@@ -9,14 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
 	"kubevirt.io/client-go/kubecli"
 
 	"github.com/crashloop-harness/crashloop/pkg/clusterlite"
 	"github.com/crashloop-harness/crashloop/pkg/nodeagent"
-	"github.com/crashloop-harness/crashloop/pkg/spawn"
 )
 
 // KubeVirt's components are told apart by user name: the VMI mutating
@@ -66,7 +65,7 @@ func up(ctx context.Context, o upOptions, log *slog.Logger) (err error) {
 	}
 	if s.cp, err = clusterlite.Start(ctx, clusterlite.Config{
 		BinDir: o.binDir, StateDir: filepath.Join(s.stateDir, "control-plane"), Logger: log,
-		Users: []string{controllerUser, apiUser, handlerUser},
+		Users: stackUsers(o),
 	}); err != nil {
 		return err
 	}
@@ -105,6 +104,11 @@ func up(ctx context.Context, o upOptions, log *slog.Logger) (err error) {
 		return err
 	}
 	log.Info("cluster-lite ready", "after", time.Since(begin).Round(100*time.Millisecond), "kubeconfig", s.cp.KubeconfigPath())
+	if s.node != nil {
+		// The agent's kubelet identity, for whoever checks what the API
+		// server lets it do.
+		fmt.Printf("KUBELET_KUBECONFIG=%s\n", s.cp.KubeconfigFor(clusterlite.NodeUser(o.nodeName)))
+	}
 	fmt.Printf("NETNS=%s\n# enter the stack's network namespace with: nsenter --net=%s\n", s.cp.NetNSPath(), s.cp.NetNSPath())
 	fmt.Printf("KUBECONFIG=%s\n", s.cp.KubeconfigPath())
 	<-ctx.Done()
@@ -155,9 +159,14 @@ func (s *stack) startKubeVirt(binDir, image string, ip net.IP, files map[string]
 // server through the forward on the host's loopback; its launchers need
 // no network beyond their own loopback.
 func (s *stack) startAgent(ctx context.Context, o upOptions) error {
-	kv, err := kubecli.GetKubevirtClientFromRESTConfig(s.cp.RESTConfigFor(handlerUser))
+	kubeletUser, schedulerUser := agentUsers(o)
+	kv, err := kubecli.GetKubevirtClientFromRESTConfig(s.cp.RESTConfigFor(kubeletUser))
 	if err != nil {
-		return fmt.Errorf("node agent client: %w", err)
+		return fmt.Errorf("node agent client as %s: %w", kubeletUser, err)
+	}
+	scheduler, err := kubernetes.NewForConfig(s.cp.RESTConfigFor(schedulerUser))
+	if err != nil {
+		return fmt.Errorf("node agent's scheduler client as %s: %w", schedulerUser, err)
 	}
 	runtime, kvMode := o.agentMode()
 	var rt nodeagent.Runtime
@@ -168,7 +177,7 @@ func (s *stack) startAgent(ctx context.Context, o upOptions) error {
 		}
 	}
 	agent, err := nodeagent.New(nodeagent.Config{
-		Client: kv, NodeName: o.nodeName, LauncherPath: o.launcher,
+		Client: kv, Scheduler: scheduler, NodeName: o.nodeName, LauncherPath: o.launcher,
 		LauncherArgs:   []string{"--image-dir", o.imageDir, "--log-level", o.launcherLog},
 		ReadOnlyMounts: []string{o.imageDir}, Runtime: rt, KubeVirt: kvMode, Kubelet: s.node.kubelet(),
 		WorkDir: filepath.Join(s.stateDir, "node"), Logger: s.log,
@@ -176,6 +185,7 @@ func (s *stack) startAgent(ctx context.Context, o upOptions) error {
 	if err != nil {
 		return err
 	}
+	s.log.Info("node agent identities", "kubelet", kubeletUser, "scheduler", schedulerUser)
 	agentCtx, stop := context.WithCancel(context.Background())
 	s.agentStop, s.agentDone = stop, make(chan error, 1)
 	go func() { s.agentDone <- agent.Run(agentCtx) }()
@@ -223,26 +233,4 @@ func (s *stack) teardown() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// runLogged runs a command to completion with its output in logPath; it
-// is stopped (SIGTERM, then SIGKILL after 10 s) when ctx ends first.
-func runLogged(ctx context.Context, logPath, bin string, args ...string) error {
-	p, err := spawn.Start(spawn.Spec{Path: bin, Args: args, StdoutFile: logPath, StderrFile: logPath, Truncate: true})
-	if err != nil {
-		return err
-	}
-	select {
-	case <-p.Done():
-	case <-ctx.Done():
-		if _, err := p.Stop(context.Background(), 10*time.Second); err != nil {
-			return fmt.Errorf("%s: %w", filepath.Base(bin), err)
-		}
-		return fmt.Errorf("%s: %w", filepath.Base(bin), ctx.Err())
-	}
-	if e := p.Exit(); !e.Success() {
-		lines, _ := spawn.Tail(logPath, 30)
-		return fmt.Errorf("%s: %v\n%s", filepath.Base(bin), e, strings.Join(lines, "\n"))
-	}
-	return nil
 }

@@ -89,6 +89,10 @@ type liteStack struct {
 	netns string
 	// node is the node's name where KubeVirt's virt-handler plays it.
 	node string
+	// kubeletKubeconfig is the node agent's kubelet identity
+	// (KUBELET_KUBECONFIG=), printed only where KubeVirt's virt-handler
+	// plays the node and the agent only kubelet.
+	kubeletKubeconfig string
 	// tmpBefore is what /tmp held before the stack started, and
 	// netBefore the host namespace's network configuration.
 	tmpBefore map[string]bool
@@ -138,6 +142,7 @@ func runLite(binDir, logName string, args ...string) *liteStack {
 	s := &liteStack{stateDir: state, logPath: filepath.Join(artifacts, logName), started: time.Now(), netBefore: hostNetwork(), volumesBefore: danglingVolumes()}
 	ready := make(chan string, 1)
 	netns := make(chan string, 1)
+	kubelet := make(chan string, 1)
 	out := spawn.NewLineWriter(func(b []byte) {
 		line := string(b)
 		fmt.Fprintln(GinkgoWriter, "clusterlite: "+line)
@@ -146,6 +151,9 @@ func runLite(binDir, logName string, args ...string) *liteStack {
 		}
 		if n, ok := strings.CutPrefix(line, "NETNS="); ok {
 			netns <- n
+		}
+		if k, ok := strings.CutPrefix(line, "KUBELET_KUBECONFIG="); ok {
+			kubelet <- k
 		}
 	})
 	s.proc, err = spawn.Start(spawn.Spec{Path: filepath.Join(built.BinDir(), "clusterlite"), Args: append([]string{"up", "--state-dir", state, "--bin-dir", binDir,
@@ -160,6 +168,10 @@ func runLite(binDir, logName string, args ...string) *liteStack {
 		Fail("cluster-lite was not ready within 5 minutes; its log: " + s.logPath + "\n" + tail(s.logPath, 3000))
 	}
 	s.netns = <-netns // printed before KUBECONFIG=
+	select {
+	case s.kubeletKubeconfig = <-kubelet: // printed before NETNS=, when at all
+	default:
+	}
 	fmt.Fprintf(GinkgoWriter, "cluster-lite ready in %s, network namespace %s\n", time.Since(s.started).Round(100*time.Millisecond), s.netns)
 	cfg, err := clientcmd.LoadFromFile(s.kubeconfig)
 	Expect(err).NotTo(HaveOccurred())

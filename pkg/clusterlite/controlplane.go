@@ -92,8 +92,10 @@ type Config struct {
 	// Users are extra identities that get a token each and a kubeconfig
 	// (see KubeconfigFor), for components that must act as someone else
 	// than the admin: KubeVirt's webhooks trust status writes only from
-	// its own service accounts, "system:serviceaccount:kubevirt:...".
-	Users []string
+	// its own service accounts, "system:serviceaccount:kubevirt:...", and
+	// a kubelet is confined by the Node authorizer and NodeRestriction
+	// only as "system:node:<node>" in "system:nodes" (NodeUser).
+	Users []User
 }
 
 // ControlPlane is a running etcd and kube-apiserver, started by Start. Its
@@ -213,7 +215,13 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 		"--tls-private-key-file=" + pki["apiserver.key"],
 		"--client-ca-file=" + pki["ca.crt"],
 		"--token-auth-file=" + pki["tokens.csv"],
-		"--authorization-mode=AlwaysAllow",
+		// As a cluster's: a node's user is confined to its node's objects
+		// (the Node authorizer and the NodeRestriction admission plugin),
+		// everyone else to what RBAC grants; system:masters (the admin,
+		// and whoever Config.Users puts there) is allowed everything
+		// before either is asked.
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
 		"--service-cluster-ip-range=" + ServiceClusterIPRange,
 		"--service-account-issuer=" + serviceAccountIssuer,
 		"--service-account-key-file=" + pki["sa.pub"],
@@ -259,7 +267,7 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 		return err
 	}
 	for _, u := range cp.cfg.Users {
-		if err := writeKubeconfig(cp.KubeconfigFor(u), cp.server, cp.ca.CertPEM(), cp.userTokens[u]); err != nil {
+		if err := writeKubeconfig(cp.KubeconfigFor(u.Name), cp.server, cp.ca.CertPEM(), cp.userTokens[u.Name]); err != nil {
 			return err
 		}
 	}
@@ -331,21 +339,18 @@ func (cp *ControlPlane) writePKI(dir string) (map[string]string, error) {
 	}
 	cp.token = hex.EncodeToString(tok)
 	// Format of --token-auth-file: token,user,uid,"group1,group2".
-	tokens := fmt.Sprintf("%s,%s,%s,\"system:masters\"\n", cp.token, AdminUser, AdminUser)
+	tokens := fmt.Sprintf("%s,%s,%s,\"%s\"\n", cp.token, AdminUser, AdminUser, MastersGroup)
 	cp.userTokens = map[string]string{}
 	for _, u := range cp.cfg.Users {
-		if u == "" || strings.ContainsAny(u, ",\"\n") {
-			return nil, fmt.Errorf("user name %q: must be non-empty, without commas, quotes or newlines", u)
-		}
 		if _, err := rand.Read(tok); err != nil {
-			return nil, fmt.Errorf("generate token of %s: %w", u, err)
+			return nil, fmt.Errorf("generate token of %s: %w", u.Name, err)
 		}
-		cp.userTokens[u] = hex.EncodeToString(tok)
-		groups := "system:authenticated"
-		if sa, ok := strings.CutPrefix(u, "system:serviceaccount:"); ok {
-			groups = "system:serviceaccounts,system:serviceaccounts:" + strings.SplitN(sa, ":", 2)[0]
+		line, err := tokenLine(hex.EncodeToString(tok), u)
+		if err != nil {
+			return nil, err
 		}
-		tokens += fmt.Sprintf("%s,%s,%s,\"%s\"\n", cp.userTokens[u], u, u, groups)
+		cp.userTokens[u.Name] = hex.EncodeToString(tok)
+		tokens += line
 	}
 
 	files := map[string][]byte{

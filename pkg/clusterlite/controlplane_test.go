@@ -58,7 +58,8 @@ func TestControlPlane(t *testing.T) {
 		BinDir:   binDir,
 		StateDir: state,
 		Logger:   slog.New(slog.NewTextHandler(t.Output(), nil)),
-		Users:    []string{"system:serviceaccount:kubevirt:kubevirt-handler"},
+		Users: []User{{Name: "system:serviceaccount:kubevirt:kubevirt-handler"},
+			{Name: NodeUser(testNode)}, {Name: SchedulerUser}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -157,6 +158,7 @@ func TestControlPlane(t *testing.T) {
 			t.Errorf("%s groups %v, want system:serviceaccounts:kubevirt", name, review.Status.UserInfo.Groups)
 		}
 	}
+	t.Run("node and scheduler", func(t *testing.T) { checkNodeAndScheduler(ctx, t, cp, ns.Name) })
 	if cp.RESTConfigFor("nobody") != nil {
 		t.Error("RESTConfigFor an unknown user is not nil")
 	}

@@ -9,8 +9,12 @@
 // certificates, waits for them and picks the node agent's runtime.
 //
 // The control plane has no kube-controller-manager, no scheduler and no
-// kubelet. It authenticates one admin token (group system:masters) and
-// authorizes everything (AlwaysAllow). It generates its own certificate
+// kubelet. It authenticates one admin token (group system:masters) and a
+// token per Config.Users, and authorizes as a cluster does: the Node
+// authorizer and the NodeRestriction admission plugin confine a node's
+// kubelet (NodeUser, group system:nodes) to its node's objects, RBAC's
+// bootstrap policy grants the rest (kube-scheduler's binding, say), and
+// system:masters is allowed everything. It generates its own certificate
 // authority on every start; IssueServingCert hands out serving certificates
 // from it so that other components (for example an aggregated API server
 // such as KubeVirt's virt-api) are trusted by every client that trusts the

@@ -32,10 +32,12 @@ import (
 	k8sv1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	v1 "kubevirt.io/api/core/v1"
@@ -48,8 +50,14 @@ import (
 
 // Config says which node the agent plays and how it runs launchers.
 type Config struct {
-	// Client talks to the cluster.
+	// Client talks to the cluster as the agent's kubelet part (and, without
+	// Kubelet, as virt-handler): the pods bound to NodeName, their status,
+	// the node and, without Kubelet, VMIs.
 	Client kubecli.KubevirtClient
+	// Scheduler binds launcher pods to NodeName, the scheduler's part: it
+	// lists the pods no node has yet, which a kubelet may not. Nil means
+	// Client.
+	Scheduler kubernetes.Interface
 	// NodeName is the node to register and serve.
 	NodeName string
 	// LauncherPath is our virt-launcher binary.
@@ -94,8 +102,12 @@ const (
 type Agent struct {
 	cfg   Config
 	queue workqueue.TypedRateLimitingInterface[string]
-	pods  cache.SharedIndexInformer
-	vmis  cache.SharedIndexInformer
+	// pods are the launcher pods bound to the node (kubelet's view),
+	// unbound those bound to none (the scheduler's), vmis the VMIs (only
+	// as virt-handler: nil in kubelet-only mode, which never reads them).
+	pods    cache.SharedIndexInformer
+	unbound cache.SharedIndexInformer
+	vmis    cache.SharedIndexInformer
 
 	// spawner starts launchers so that they die with the agent.
 	spawner *spawn.Spawner
@@ -111,8 +123,9 @@ type Agent struct {
 
 // Key prefixes of the work queue.
 const (
-	podPrefix = "pod/"
-	vmiPrefix = "vmi/"
+	podPrefix  = "pod/"
+	vmiPrefix  = "vmi/"
+	bindPrefix = "bind/"
 )
 
 // launcherPodSelector selects the pods KubeVirt creates for VMIs.
@@ -137,6 +150,9 @@ func New(cfg Config) (*Agent, error) {
 		if cfg.KubeVirt.Driver == "" || cfg.KubeVirt.ImageDir == "" {
 			return nil, errors.New("node agent: KubeVirt mode needs the driver binary and the image folder")
 		}
+	}
+	if cfg.Scheduler == nil {
+		cfg.Scheduler = cfg.Client
 	}
 	if cfg.HeartbeatInterval <= 0 {
 		cfg.HeartbeatInterval = 30 * time.Second
@@ -167,26 +183,14 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.runtime = a.procs
 	}
 
-	factory := informers.NewSharedInformerFactoryWithOptions(a.cfg.Client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = launcherPodSelector }))
-	a.pods = factory.Core().V1().Pods().Informer()
-	a.vmis = cache.NewSharedIndexInformer(&cache.ListWatch{
-		ListFunc: func(o metav1.ListOptions) (runtime.Object, error) {
-			return a.cfg.Client.VirtualMachineInstance(metav1.NamespaceAll).List(ctx, o)
-		},
-		WatchFunc: func(o metav1.ListOptions) (watch.Interface, error) {
-			return a.cfg.Client.VirtualMachineInstance(metav1.NamespaceAll).Watch(ctx, o)
-		},
-	}, &v1.VirtualMachineInstance{}, 0, cache.Indexers{})
-	if _, err := a.pods.AddEventHandler(a.handler(podPrefix)); err != nil {
-		return fmt.Errorf("node agent: watching pods: %w", err)
+	if err := a.watch(ctx); err != nil {
+		return err
 	}
-	if _, err := a.vmis.AddEventHandler(a.handler(vmiPrefix)); err != nil {
-		return fmt.Errorf("node agent: watching VMIs: %w", err)
+	synced := []cache.InformerSynced{a.pods.HasSynced, a.unbound.HasSynced}
+	if a.vmis != nil {
+		synced = append(synced, a.vmis.HasSynced)
 	}
-	go a.pods.Run(ctx.Done())
-	go a.vmis.Run(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), a.pods.HasSynced, a.vmis.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		// ctx ended before the caches filled: a stop right after the
 		// stack is ready (the node registered) is an ordinary end.
 		return a.shutdown(nil)
@@ -206,6 +210,49 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	<-ctx.Done()
 	return a.shutdown(nil)
+}
+
+// Field selectors of the two pod watches: a kubelet may list and watch
+// only the pods bound to its node (the Node authorizer refuses any other
+// list), the scheduler the pods bound to none.
+func boundTo(node string) string { return fields.OneTermEqualSelector("spec.nodeName", node).String() }
+
+const unboundPods = "spec.nodeName="
+
+// watch starts the informers: the node's launcher pods through Client,
+// the unbound ones through Scheduler, and the VMIs only as virt-handler.
+func (a *Agent) watch(ctx context.Context) error {
+	informer := func(client kubernetes.Interface, selector string) cache.SharedIndexInformer {
+		return informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector, o.FieldSelector = launcherPodSelector, selector
+		})).Core().V1().Pods().Informer()
+	}
+	a.pods = informer(a.cfg.Client, boundTo(a.cfg.NodeName))
+	a.unbound = informer(a.cfg.Scheduler, unboundPods)
+	if _, err := a.pods.AddEventHandler(a.handler(podPrefix)); err != nil {
+		return fmt.Errorf("node agent: watching pods: %w", err)
+	}
+	if _, err := a.unbound.AddEventHandler(a.handler(bindPrefix)); err != nil {
+		return fmt.Errorf("node agent: watching unbound pods: %w", err)
+	}
+	go a.pods.Run(ctx.Done())
+	go a.unbound.Run(ctx.Done())
+	if a.cfg.Kubelet != nil {
+		return nil // VMIs are virt-handler's; a kubelet never reads them
+	}
+	a.vmis = cache.NewSharedIndexInformer(&cache.ListWatch{
+		ListFunc: func(o metav1.ListOptions) (runtime.Object, error) {
+			return a.cfg.Client.VirtualMachineInstance(metav1.NamespaceAll).List(ctx, o)
+		},
+		WatchFunc: func(o metav1.ListOptions) (watch.Interface, error) {
+			return a.cfg.Client.VirtualMachineInstance(metav1.NamespaceAll).Watch(ctx, o)
+		},
+	}, &v1.VirtualMachineInstance{}, 0, cache.Indexers{})
+	if _, err := a.vmis.AddEventHandler(a.handler(vmiPrefix)); err != nil {
+		return fmt.Errorf("node agent: watching VMIs: %w", err)
+	}
+	go a.vmis.Run(ctx.Done())
+	return nil
 }
 
 // handler enqueues the key of every added, changed or deleted object.
@@ -230,6 +277,8 @@ func (a *Agent) work(ctx context.Context) {
 			err = a.syncPod(ctx, key[len(podPrefix):])
 		case len(key) > len(vmiPrefix) && key[:len(vmiPrefix)] == vmiPrefix:
 			err = a.syncVMI(ctx, key[len(vmiPrefix):])
+		case len(key) > len(bindPrefix) && key[:len(bindPrefix)] == bindPrefix:
+			err = a.syncBind(ctx, key[len(bindPrefix):])
 		}
 		if err != nil && ctx.Err() == nil {
 			// A conflict is routine (virt-controller patches the same
@@ -247,11 +296,14 @@ func (a *Agent) work(ctx context.Context) {
 	}
 }
 
-// notifier returns a function that re-queues the pod and the VMI of c.
+// notifier returns a function that re-queues the pod and (as
+// virt-handler) the VMI of c.
 func (a *Agent) notifier(c *container) func() {
 	return func() {
 		a.queue.Add(podPrefix + c.podKey.String())
-		a.queue.Add(vmiPrefix + c.vmiKey.String())
+		if a.vmis != nil {
+			a.queue.Add(vmiPrefix + c.vmiKey.String())
+		}
 	}
 }
 
@@ -355,23 +407,31 @@ func (a *Agent) heartbeat(ctx context.Context) {
 	}
 }
 
-// vmiOf returns the VMI that owns pod, from the cache or the API.
-func (a *Agent) vmiOf(ctx context.Context, pod *k8sv1.Pod) (*v1.VirtualMachineInstance, error) {
+// vmiRef is the VMI that owns pod, by its controller reference: all a
+// kubelet knows of it.
+func vmiRef(pod *k8sv1.Pod) (types.NamespacedName, types.UID, error) {
 	ref := metav1.GetControllerOf(pod)
 	if ref == nil || ref.Kind != "VirtualMachineInstance" {
-		return nil, fmt.Errorf("pod %s/%s has no VirtualMachineInstance controller reference", pod.Namespace, pod.Name)
+		return types.NamespacedName{}, "", fmt.Errorf("pod %s/%s has no VirtualMachineInstance controller reference", pod.Namespace, pod.Name)
 	}
-	if obj, ok, _ := a.vmis.GetStore().GetByKey(pod.Namespace + "/" + ref.Name); ok {
-		if vmi := obj.(*v1.VirtualMachineInstance); vmi.UID == ref.UID {
+	return types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name}, ref.UID, nil
+}
+
+// vmiOf returns the VMI key with UID uid, pod's owner, from the cache or
+// the API: virt-handler's part, which the agent plays only without
+// Kubelet.
+func (a *Agent) vmiOf(ctx context.Context, pod *k8sv1.Pod, key types.NamespacedName, uid types.UID) (*v1.VirtualMachineInstance, error) {
+	if obj, ok, _ := a.vmis.GetStore().GetByKey(key.String()); ok {
+		if vmi := obj.(*v1.VirtualMachineInstance); vmi.UID == uid {
 			return vmi, nil
 		}
 	}
-	vmi, err := a.cfg.Client.VirtualMachineInstance(pod.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	vmi, err := a.cfg.Client.VirtualMachineInstance(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("getting VMI of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
-	if vmi.UID != ref.UID {
-		return nil, fmt.Errorf("pod %s/%s belongs to VMI UID %s, the VMI %s now has UID %s", pod.Namespace, pod.Name, ref.UID, ref.Name, vmi.UID)
+	if vmi.UID != uid {
+		return nil, fmt.Errorf("pod %s/%s belongs to VMI UID %s, the VMI %s now has UID %s", pod.Namespace, pod.Name, uid, key.Name, vmi.UID)
 	}
 	return vmi, nil
 }
@@ -386,7 +446,7 @@ func (a *Agent) launch(ctx context.Context, c *container, vmi *v1.VirtualMachine
 }
 
 // newContainer records the compute container of a pod bound to this node.
-func (a *Agent) newContainer(pod *k8sv1.Pod, vmi *v1.VirtualMachineInstance, args launchArgs, image string, res launchrt.Resources, layout *podLayout) *container {
+func (a *Agent) newContainer(pod *k8sv1.Pod, vmiKey types.NamespacedName, vmiUID types.UID, args launchArgs, image string, res launchrt.Resources, layout *podLayout) *container {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if c, ok := a.containers[pod.UID]; ok {
@@ -394,7 +454,7 @@ func (a *Agent) newContainer(pod *k8sv1.Pod, vmi *v1.VirtualMachineInstance, arg
 	}
 	c := &container{
 		podKey: types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, podUID: pod.UID,
-		vmiKey: types.NamespacedName{Namespace: vmi.Namespace, Name: vmi.Name}, vmiUID: vmi.UID,
+		vmiKey: vmiKey, vmiUID: vmiUID,
 		args: args, image: image, res: res, layout: layout, pod: pod.DeepCopy(), dir: launcherapi.Dir(filepath.Join(a.cfg.WorkDir, pod.Namespace+"_"+pod.Name+"_"+string(pod.UID))),
 		startedAt: time.Now(), done: make(chan struct{}),
 	}
@@ -402,7 +462,7 @@ func (a *Agent) newContainer(pod *k8sv1.Pod, vmi *v1.VirtualMachineInstance, arg
 		c.states = newPodStates()
 	}
 	a.containers[pod.UID] = c
-	a.byVMI[vmi.UID] = c
+	a.byVMI[vmiUID] = c
 	return c
 }
 

@@ -27,12 +27,6 @@ func (a *Agent) syncPod(ctx context.Context, key string) error {
 		return nil
 	}
 	pod := obj.(*k8sv1.Pod)
-	if pod.Spec.NodeName == "" {
-		if pod.DeletionTimestamp != nil || pod.Status.Phase != k8sv1.PodPending {
-			return nil
-		}
-		return a.bind(ctx, pod)
-	}
 	if pod.Spec.NodeName != a.cfg.NodeName {
 		return nil
 	}
@@ -49,9 +43,15 @@ func (a *Agent) syncPod(ctx context.Context, key string) error {
 		if pod.DeletionTimestamp != nil {
 			return a.deletePod(ctx, pod)
 		}
-		vmi, err := a.vmiOf(ctx, pod)
+		vmiKey, vmiUID, err := vmiRef(pod)
 		if err != nil {
 			return err
+		}
+		var vmi *v1.VirtualMachineInstance
+		if a.cfg.Kubelet == nil { // virt-handler's part reads the VMI
+			if vmi, err = a.vmiOf(ctx, pod, vmiKey, vmiUID); err != nil {
+				return err
+			}
 		}
 		args, err := parseLaunchArgs(pod)
 		if err != nil {
@@ -69,7 +69,7 @@ func (a *Agent) syncPod(ctx context.Context, key string) error {
 			}
 			layout = &l
 		}
-		c = a.newContainer(pod, vmi, args, image, res, layout)
+		c = a.newContainer(pod, vmiKey, vmiUID, args, image, res, layout)
 		if a.cfg.Kubelet != nil {
 			// kubelet starts a bound pod at once; virt-handler takes the
 			// VMI from there.
@@ -117,9 +117,26 @@ func (a *Agent) syncPod(ctx context.Context, key string) error {
 	return a.reportPod(ctx, pod, c.snapshot())
 }
 
-// bind plays the scheduler: every launcher pod goes to this node.
+// syncBind plays the scheduler for one launcher pod that no node has:
+// every pending one goes to this node.
+func (a *Agent) syncBind(ctx context.Context, key string) error {
+	obj, exists, err := a.unbound.GetStore().GetByKey(key)
+	if err != nil {
+		return fmt.Errorf("reading unbound pod %s from cache: %w", key, err)
+	}
+	if !exists {
+		return nil // bound meanwhile (the node's watch has it now), or gone
+	}
+	pod := obj.(*k8sv1.Pod)
+	if pod.Spec.NodeName != "" || pod.DeletionTimestamp != nil || pod.Status.Phase != k8sv1.PodPending {
+		return nil
+	}
+	return a.bind(ctx, pod)
+}
+
+// bind binds pod to this node with the scheduler's client.
 func (a *Agent) bind(ctx context.Context, pod *k8sv1.Pod) error {
-	err := a.cfg.Client.CoreV1().Pods(pod.Namespace).Bind(ctx, &k8sv1.Binding{
+	err := a.cfg.Scheduler.CoreV1().Pods(pod.Namespace).Bind(ctx, &k8sv1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID},
 		Target:     k8sv1.ObjectReference{Kind: "Node", Name: a.cfg.NodeName},
 	}, metav1.CreateOptions{})
@@ -316,6 +333,9 @@ func computeState(st k8sv1.PodStatus) string {
 
 // syncVMI is virt-handler's part for one VMI.
 func (a *Agent) syncVMI(ctx context.Context, key string) error {
+	if a.vmis == nil {
+		return nil // kubelet-only: VMIs are virt-handler's
+	}
 	obj, exists, err := a.vmis.GetStore().GetByKey(key)
 	if err != nil {
 		return fmt.Errorf("reading VMI %s from cache: %w", key, err)
@@ -341,6 +361,9 @@ func (a *Agent) syncVMI(ctx context.Context, key string) error {
 
 // syncVMIOf reports the VMI of c from the cache's latest copy.
 func (a *Agent) syncVMIOf(ctx context.Context, c *container) error {
+	if a.vmis == nil {
+		return nil // kubelet-only: VMIs are virt-handler's
+	}
 	obj, exists, err := a.vmis.GetStore().GetByKey(c.vmiKey.String())
 	if err != nil || !exists {
 		return err
