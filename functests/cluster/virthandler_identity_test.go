@@ -90,9 +90,14 @@ var _ = Describe("the node agent's kubelet identity under KubeVirt's virt-handle
 		Expect(vmi.Status.Reason).NotTo(Equal("written by the node agent"))
 		Expect(managersOf(vmi.ManagedFields)).NotTo(ContainElement("clusterlite"))
 
-		By("over the stack's life the API server's authorization refused this spec's three requests and no other: KubeVirt's components and the agent are allowed all they ask")
+		// How many requests authorization refused over the stack's life is
+		// recorded, not asserted: the Node authorizer learns a pod's binding
+		// from its own watch, so a kubelet's first status write of a pod
+		// just bound can be refused once and retried, as real kubelets'
+		// are; an exact count would depend on that timing. What the agent
+		// is allowed shows in the other virt-handler specs, which need it.
 		authz, admission := refusals(ctx, kc)
-		Expect(authz).To(Equal(3), "requests refused by authorization (authorization_attempts_total, no-opinion and denied): this spec's VMI patch, VMI get and pod list only")
+		Expect(authz).To(BeNumerically(">=", 3), "requests refused by authorization (authorization_attempts_total, no-opinion and denied): at least this spec's VMI patch, VMI get and pod list")
 		AddReportEntry("cluster-virt-handler-kubelet-identity", fmt.Sprintf("as %s %v: VMI status patch → %s; VMI get → %s; list of all pods → %s; own node status patch → accepted; over the stack's life %d requests refused by authorization, and these answered 403 by admission: %v",
 			review.Status.UserInfo.Username, review.Status.UserInfo.Groups, firstLine(patchErr), firstLine(getErr), firstLine(listErr), authz, admission))
 	})
