@@ -4,12 +4,14 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -111,12 +113,23 @@ func checkNodeAndScheduler(ctx context.Context, t *testing.T, cp *ControlPlane, 
 	if err := sched.CoreV1().Pods(ns).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
 		t.Errorf("the scheduler binds a pod: %v", err)
 	}
-	// Bound to the node, the pod's status is the kubelet's to write.
-	if pod, err = node.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{}); err != nil {
-		t.Logf("the node reads its bound pod (the Node authorizer's graph may lag the binding): %v", err)
-		if pod, err = admin.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{}); err != nil {
-			t.Fatal(err)
+	// Bound to the node, the pod is the kubelet's to read and its status
+	// the kubelet's to write. The Node authorizer learns the binding from
+	// its own pod watch, so the node's first reads may still be refused:
+	// wait, with a deadline, until the graph has the edge.
+	name := pod.Name
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err := node.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsForbidden(err) {
+			return false, nil
 		}
+		if err != nil {
+			return false, err
+		}
+		pod = got
+		return true, nil
+	}); err != nil {
+		t.Fatalf("the node reads its bound pod within 30 s (the Node authorizer's graph learns the binding): %v", err)
 	}
 	pod.Status.Phase = corev1.PodPending
 	if _, err := node.CoreV1().Pods(ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
