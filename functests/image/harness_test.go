@@ -51,14 +51,29 @@ func podman(args ...string) (string, error) {
 // read-only, the launch folder as the log folder (so the console log is
 // the harness's), no privileges beyond the defaults, and /dev/kvm only
 // where the node has usable KVM (these nodes have only PVM, so TCG).
-func runArgs(dir string, kvm bool, extra []string) []string {
+//
+// With uid set (not 0) the container runs as that user and group, as a
+// pod's runAsUser makes it: the launch folder is then that user's, and the
+// capability cache one of its own in it (the suite's shared one is root's).
+func runArgs(dir string, kvm bool, uid int, extra []string) []string {
+	caps := capsCache
+	if uid != 0 {
+		caps = filepath.Join(dir, "caps")
+		Expect(os.Mkdir(caps, 0o700)).To(Succeed())
+		for _, p := range []string{dir, caps} {
+			Expect(os.Chown(p, uid, uid)).To(Succeed())
+		}
+	}
 	args := []string{"run", "--rm", "--runtime", "runc", "--log-driver", "passthrough", "--init", "--network", "none",
 		"--cidfile", filepath.Join(dir, "cid"),
 		"--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768",
 		"-v", built.ImageDir() + ":/usr/share/crashloop/images:ro",
 		"-v", filepath.Join(dir, "vmi.yaml") + ":/vmi/vmi.yaml:ro",
 		"-v", dir + ":" + launcherapi.DefaultConsoleDir,
-		"-v", capsCache + ":" + launcherapi.DefaultCacheDir}
+		"-v", caps + ":" + launcherapi.DefaultCacheDir}
+	if uid != 0 {
+		args = append(args, "--user", itoa(uid)+":"+itoa(uid))
+	}
 	if kvm {
 		args = append(args, "--device", "/dev/kvm")
 	}
@@ -72,7 +87,11 @@ func runArgs(dir string, kvm bool, extra []string) []string {
 // guest's default: it stays up) with extra podman flags, and waits for the
 // container's ID. Cleanup removes the container by its ID if it is still
 // there, then the harness checks that no QEMU of its domain survives.
-func Run(kernelArgs string, extra ...string) *Container {
+func Run(kernelArgs string, extra ...string) *Container { return RunAs(0, kernelArgs, extra...) }
+
+// RunAs is Run with the container's user and group set to uid (0: the
+// image's own user).
+func RunAs(user int, kernelArgs string, extra ...string) *Container {
 	uid := uuid.NewUUID()
 	name := "img-" + string(uid)[:8]
 	manifest, err := testguest.Manifest(testguest.VMI(testguest.Spec{Name: name, UID: uid, KernelArgs: kernelArgs}))
@@ -80,7 +99,7 @@ func Run(kernelArgs string, extra ...string) *Container {
 	kvm := nodeKVM()
 	c := &Container{}
 	c.Launch = launchharness.Start(launchharness.Spec{Name: name, Manifest: manifest,
-		Command: func(dir string) (string, []string) { return "podman", runArgs(dir, kvm, extra) },
+		Command: func(dir string) (string, []string) { return "podman", runArgs(dir, kvm, user, extra) },
 		Stop:    func(*launchharness.Launch) { c.remove() }})
 	cid := filepath.Join(c.Dir, "cid")
 	Eventually(func() string {
@@ -132,4 +151,40 @@ func (c *Container) OOMKills() func() int {
 	go func() { <-c.Done(); cancel() }()
 	f := memcg.Follow(ctx, file, 10*time.Millisecond)
 	return func() int { n, _ := f.Most(); return n }
+}
+
+// qemuUser is KubeVirt's non-root launcher user and group (qemu, 107).
+const qemuUser = 107
+
+// InitChildPID is the host PID of the launcher: the child of the
+// container's init (catatonit, --init).
+func (c *Container) InitChildPID() int {
+	init := c.Inspect("{{.State.Pid}}")
+	b, err := os.ReadFile("/proc/" + init + "/task/" + init + "/children")
+	Expect(err).NotTo(HaveOccurred(), "the children of the container's init %s", init)
+	kids := strings.Fields(string(b))
+	Expect(kids).To(HaveLen(1), "the container's init %s has one child, the launcher", init)
+	pid, err := strconv.Atoi(kids[0])
+	Expect(err).NotTo(HaveOccurred())
+	return pid
+}
+
+// procUIDs is the Uid line of /proc/PID/status: real, effective, saved and
+// file-system uid.
+func procUIDs(pid int) []int {
+	b, err := os.ReadFile("/proc/" + itoa(pid) + "/status")
+	Expect(err).NotTo(HaveOccurred())
+	for _, line := range strings.Split(string(b), "\n") {
+		if f, ok := strings.CutPrefix(line, "Uid:"); ok {
+			var ids []int
+			for _, s := range strings.Fields(f) {
+				id, err := strconv.Atoi(s)
+				Expect(err).NotTo(HaveOccurred())
+				ids = append(ids, id)
+			}
+			return ids
+		}
+	}
+	Expect(b).To(ContainSubstring("Uid:"), "/proc/%d/status", pid)
+	return nil
 }

@@ -56,6 +56,23 @@ var _ = Describe("the launcher image", func() {
 		Expect(err).To(HaveOccurred(), "--rm must remove container %s", c.ID)
 	})
 
+	It("boots the test guest to GuestReady as KubeVirt's non-root launcher user (107), its QEMU running as 107 too", func() {
+		c := RunAs(qemuUser, "")
+		c.WaitFor(launcherapi.EventRunning, 180*time.Second)
+		ready := c.WaitFor(launcherapi.EventGuestReady, 120*time.Second)
+		Expect(ready.Message).To(ContainSubstring("HARNESS-GUEST-READY"))
+		pids := qemu.FindQEMU(c.Domain, "")
+		Expect(pids).To(HaveLen(1), "one QEMU of %s", c.Domain)
+		inContainer(pids[0])
+		for _, pid := range append(pids, c.InitChildPID()) {
+			Expect(procUIDs(pid)).To(Equal([]int{qemuUser, qemuUser, qemuUser, qemuUser}), "real, effective, saved and file-system uid of PID %d", pid)
+		}
+		c.Kill("TERM")
+		phase, reason, code := final(c.WaitFor(launcherapi.EventSucceeded, 60*time.Second))
+		Expect([]any{phase, reason, code}).To(Equal([]any{"Succeeded", "Stopped", 0}))
+		Expect(c.Exit(60*time.Second)).To(Equal(0))
+	})
+
 	It("leaves no QEMU, no container and no folder when the container is killed with SIGKILL", func() {
 		c := Run("")
 		c.WaitFor(launcherapi.EventRunning, 180*time.Second)

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"libvirt.org/go/libvirt"
 )
@@ -32,17 +33,30 @@ func StartEventLoop(ctx context.Context) error {
 // driver runs inside the calling process and keeps all state under root.
 func EmbedURI(root string) string { return "qemu:///embed?root=" + root }
 
-// embedQEMUConf makes the embedded driver run QEMU as root without
-// relabelling files: QEMU must read its own key files under the root, and
+// embedQEMUConf is the embedded driver's qemu.conf for a launcher running
+// as uid:gid: QEMU runs as the launcher's own user (root, or a non-root
+// user such as KubeVirt's qemu, 107, in the launcher image), without
+// relabelling files: QEMU must read its own key files under the root,
 // images shared by many launchers must not be chowned back and forth
-// (libvirt's remember_owner would otherwise refuse a file "already in use").
-const embedQEMUConf = `# written by virt-launcher for its embedded libvirt
-user = "root"
-group = "root"
+// (libvirt's remember_owner would otherwise refuse a file "already in use"),
+// and a non-root launcher may not chown at all (libvirt would fail making
+// its own state folders: "Failed to create dbus state dir ...: Operation
+// not permitted").
+func embedQEMUConf(uid, gid int) string {
+	user, group := "root", "root"
+	if uid != 0 {
+		user = "+" + strconv.Itoa(uid)
+	}
+	if gid != 0 {
+		group = "+" + strconv.Itoa(gid)
+	}
+	return fmt.Sprintf(`# written by virt-launcher for its embedded libvirt
+user = "%[1]s"
+group = "%[2]s"
 # swtpm (a vTPM) runs as QEMU does; libvirt's default user, tss, could not
-# read state that root made (swtpm_setup's local CA in /var/lib/swtpm-localca).
-swtpm_user = "root"
-swtpm_group = "root"
+# read state that the launcher made (swtpm_setup's local CA).
+swtpm_user = "%[1]s"
+swtpm_group = "%[2]s"
 dynamic_ownership = 0
 remember_owner = 0
 stdio_handler = "file"
@@ -51,7 +65,8 @@ stdio_handler = "file"
 # pod or the controller's cgroup confines QEMU. Together they save ~25 ms a start.
 namespaces = [ ]
 cgroup_controllers = [ ]
-`
+`, user, group)
+}
 
 // capsDir is where the QEMU driver keeps its capability cache under a root.
 func capsDir(root string) string { return filepath.Join(root, "cache", "qemu", "capabilities") }
@@ -59,11 +74,28 @@ func capsDir(root string) string { return filepath.Join(root, "cache", "qemu", "
 // PrepareEmbedRoot lays out a fresh embedded-driver root and seeds its QEMU
 // capability cache from cacheDir (when non-empty), so that the driver does
 // not probe QEMU again (several seconds) on every launch.
+//
+// A non-root launcher's libvirt keeps per-user state under XDG_CACHE_HOME,
+// XDG_CONFIG_HOME and XDG_RUNTIME_DIR, by default in $HOME, which in a
+// launcher image (KubeVirt's qemu user, 107) may not exist or be shared
+// between launchers: those variables of this process then name folders
+// under root, so that the state stays with the domain's and goes with it.
 func PrepareEmbedRoot(root, cacheDir string) error {
 	if err := os.MkdirAll(filepath.Join(root, "etc"), 0o700); err != nil {
 		return fmt.Errorf("creating libvirt root: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(root, "etc", "qemu.conf"), []byte(embedQEMUConf), 0o600); err != nil {
+	if os.Geteuid() != 0 {
+		for _, v := range []struct{ env, dir string }{{"XDG_CACHE_HOME", "user-cache"}, {"XDG_CONFIG_HOME", "user-config"}, {"XDG_RUNTIME_DIR", "user-run"}} {
+			dir := filepath.Join(root, v.dir)
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return fmt.Errorf("creating libvirt's per-user folder: %w", err)
+			}
+			if err := os.Setenv(v.env, dir); err != nil {
+				return fmt.Errorf("setting %s for libvirt: %w", v.env, err)
+			}
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc", "qemu.conf"), []byte(embedQEMUConf(os.Geteuid(), os.Getegid())), 0o600); err != nil {
 		return fmt.Errorf("writing qemu.conf: %w", err)
 	}
 	if cacheDir == "" {
