@@ -70,7 +70,7 @@ var _ = Describe("the launcher image", func() {
 		c.Kill("TERM")
 		phase, reason, code := final(c.WaitFor(launcherapi.EventSucceeded, 60*time.Second))
 		Expect([]any{phase, reason, code}).To(Equal([]any{"Succeeded", "Stopped", 0}))
-		Expect(c.Exit(60*time.Second)).To(Equal(0))
+		Expect(c.Exit(60 * time.Second)).To(Equal(0))
 	})
 
 	It("leaves no QEMU, no container and no folder when the container is killed with SIGKILL", func() {
