@@ -4,14 +4,22 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"time"
 
 	"github.com/spf13/pflag"
 )
 
-// Flags is the compute container's command line as virt-controller v1.6.0
-// (and v1.7.0) renders it in pkg/virt-controller/services/template.go,
-// plus the flags of ours that say where our launcher is.
+// Flags is the compute container's command line as virt-controller
+// renders it (pkg/virt-controller/services/template.go) in KubeVirt
+// v1.6.x, v1.7.x (the same flags), v1.8.x (adds --hypervisor, always, and
+// the feature-gated --libvirt-hook-server-and-client and
+// --upgrade-ordinal-ifaces), v1.9.0 and main (add the feature-gated
+// --vgpu-dedicated-hook, --vm-stats-collector, --firmware-auto-selection and
+// --allow-cross-arch-emulation; main drops --libvirt-hook-server-and-client
+// and renders the flags as the container's args after its command, which
+// the process sees as one argv), plus the flags of ours that say where our
+// launcher is.
 type Flags struct {
 	// QemuTimeout is --qemu-timeout: virt-controller's jittered start
 	// timeout ("263s").
@@ -48,6 +56,21 @@ type Flags struct {
 	KeepAfterFailure bool
 	// SimulateCrash panics at once, as KubeVirt's launcher does.
 	SimulateCrash bool
+	// Hypervisor is --hypervisor (v1.8.0 and later): the cluster's
+	// hypervisor. Only HypervisorKVM is taken (empty means it too, as in
+	// KubeVirt's launcher); anything else is refused.
+	Hypervisor string
+	// LibvirtHookServerAndClient, UpgradeOrdinalIfaces, VGPUDedicatedHook,
+	// VMStatsCollector, FirmwareAutoSelection and AllowCrossArchEmulation
+	// are KubeVirt's feature-gated launcher flags (v1.8.0 and later; see
+	// ignoredFeatures): taken, and said in the log, since this launcher
+	// does not have their features.
+	LibvirtHookServerAndClient bool
+	UpgradeOrdinalIfaces       bool
+	VGPUDedicatedHook          bool
+	VMStatsCollector           bool
+	FirmwareAutoSelection      bool
+	AllowCrossArchEmulation    bool
 
 	// Launcher is our launcher's front (--crashloop-launcher).
 	Launcher string
@@ -82,6 +105,7 @@ func ParseFlags(argv []string, out io.Writer) (Flags, error) {
 	fs.BoolVar(&f.AllowEmulation, "allow-emulation", false, "allow TCG when KVM is not usable")
 	fs.BoolVar(&f.KeepAfterFailure, "keep-after-failure", false, "stay alive after a failure, for debugging")
 	fs.BoolVar(&f.SimulateCrash, "simulate-crash", false, "crash at once (KubeVirt's functional-test hook)")
+	addFeatureFlags(fs, &f)
 	fs.StringVar(&f.Launcher, "crashloop-launcher", "/usr/bin/virt-launcher", "our launcher's front")
 	fs.StringVar(&f.ImageDir, "crashloop-image-dir", "", "our launcher's --image-dir (empty: its default)")
 	fs.StringVar(&f.LogLevel, "crashloop-log-level", "info", "log level: debug, info, warn, error")
@@ -91,7 +115,28 @@ func ParseFlags(argv []string, out io.Writer) (Flags, error) {
 	if fs.NArg() != 0 {
 		return f, fmt.Errorf("unexpected arguments %q: virt-launcher-monitor takes flags only", fs.Args())
 	}
+	if f.Hypervisor == "" {
+		// A KubeVirt CR's hypervisors: [{}]: KubeVirt's launcher takes
+		// it for KVM (every hypervisor switch of its defaults to KVM).
+		f.Hypervisor = HypervisorKVM
+	}
 	return f, f.validate()
+}
+
+// HypervisorKVM is --hypervisor's one value this launcher takes: KubeVirt's
+// name for KVM/QEMU (v1.KvmHypervisorName), also its default. KubeVirt
+// v1.8.0 and later also know "hyperv-direct" (Microsoft's MSHV).
+const HypervisorKVM = "kvm"
+
+// addFeatureFlags adds the flags virt-controller renders from v1.8.0 on.
+func addFeatureFlags(fs *pflag.FlagSet, f *Flags) {
+	fs.StringVar(&f.Hypervisor, "hypervisor", HypervisorKVM, "the cluster's hypervisor; this launcher runs "+HypervisorKVM+" (KVM/QEMU, or TCG where allowed) only")
+	fs.BoolVar(&f.LibvirtHookServerAndClient, "libvirt-hook-server-and-client", false, "KubeVirt's pre-migration libvirt hook server and client (not implemented: ignored)")
+	fs.BoolVar(&f.UpgradeOrdinalIfaces, "upgrade-ordinal-ifaces", false, "KubeVirt's pre-migration hook renaming ordinal secondary interfaces (not implemented: ignored)")
+	fs.BoolVar(&f.VGPUDedicatedHook, "vgpu-dedicated-hook", false, "KubeVirt's pre-migration hook for vGPU mdev UUIDs (not implemented: ignored)")
+	fs.BoolVar(&f.VMStatsCollector, "vm-stats-collector", false, "KubeVirt's guest-agent polling for VM stats (not implemented: ignored)")
+	fs.BoolVar(&f.FirmwareAutoSelection, "firmware-auto-selection", false, "libvirt's firmware auto-selection for EFI Secure Boot (not used: ignored)")
+	fs.BoolVar(&f.AllowCrossArchEmulation, "allow-cross-arch-emulation", false, "guests of another architecture under TCG (not implemented: ignored)")
 }
 
 func (f Flags) validate() error {
@@ -104,6 +149,9 @@ func (f Flags) validate() error {
 	if f.QemuTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--qemu-timeout %v: want a positive duration such as 240s", f.QemuTimeout))
 	}
+	if f.Hypervisor != HypervisorKVM {
+		errs = append(errs, fmt.Errorf("--hypervisor %q: not a hypervisor this launcher runs (allowed: %s, for KVM/QEMU)", f.Hypervisor, HypervisorKVM))
+	}
 	if f.GracePeriodSeconds < 0 {
 		errs = append(errs, fmt.Errorf("--grace-period-seconds %d: want 0 or more", f.GracePeriodSeconds))
 	}
@@ -112,3 +160,48 @@ func (f Flags) validate() error {
 
 // GracePeriod is --grace-period-seconds as a duration.
 func (f Flags) GracePeriod() time.Duration { return time.Duration(f.GracePeriodSeconds) * time.Second }
+
+// ignoredFeature is a flag that virt-controller renders when a feature
+// gate is on and that this launcher takes without doing what KubeVirt's
+// launcher does with it.
+type ignoredFeature struct {
+	flag    string
+	set     bool
+	feature string // what KubeVirt's launcher does with it
+	here    string // why nothing changes here, or what does instead
+}
+
+// ignoredFeatures are the feature-gated flags of KubeVirt v1.8.0 to main,
+// with what KubeVirt's launcher (cmd/virt-launcher) does with each.
+func (f Flags) ignoredFeatures() []ignoredFeature {
+	const noMigration = "this launcher has no live migration"
+	return []ignoredFeature{
+		{"--libvirt-hook-server-and-client", f.LibvirtHookServerAndClient,
+			"replaces libvirt's qemu hook script with KubeVirt's hook client of the pre-migration hook server", noMigration},
+		{"--upgrade-ordinal-ifaces", f.UpgradeOrdinalIfaces,
+			"adds the pre-migration hook that renames ordinal secondary pod interfaces on a migration target", noMigration + " and no secondary interfaces"},
+		{"--vgpu-dedicated-hook", f.VGPUDedicatedHook,
+			"adds the pre-migration hook that rewrites a vGPU's mdev UUID on a migration target", noMigration + " and no vGPUs"},
+		{"--vm-stats-collector", f.VMStatsCollector,
+			"starts extra guest-agent polling workers for the VM stats", "this launcher polls no guest agent and serves no GetDomainStats"},
+		{"--firmware-auto-selection", f.FirmwareAutoSelection,
+			"lets libvirt auto-select the firmware (<os firmware='efi'>) of an EFI Secure Boot VMI",
+			"this launcher names the Secure Boot OVMF files itself, as KubeVirt's launcher does without the flag"},
+		{"--allow-cross-arch-emulation", f.AllowCrossArchEmulation,
+			"runs a VMI whose spec.architecture is not the node's under TCG with that architecture's QEMU",
+			"this launcher runs amd64 guests only (the node's, where the flag changes nothing) and still refuses another spec.architecture"},
+	}
+}
+
+// logIgnoredFeatures says in log, once per flag present, which of
+// KubeVirt's feature-gated flags were taken but change nothing here, and
+// which hypervisor was asked for.
+func (f Flags) logIgnoredFeatures(log *slog.Logger) {
+	log.Debug("hypervisor", "name", f.Hypervisor)
+	for _, x := range f.ignoredFeatures() {
+		if x.set {
+			log.Info("flag accepted: feature not implemented by this launcher, ignored",
+				"flag", x.flag, "kubevirt", x.feature, "here", x.here)
+		}
+	}
+}

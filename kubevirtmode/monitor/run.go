@@ -26,6 +26,7 @@ import (
 // ready, and end with the monitor's exit code (0 after the final delete
 // notification; the launcher's code when it crashed).
 func Run(ctx context.Context, f Flags, log *slog.Logger, stderr io.Writer) (int, error) {
+	f.logIgnoredFeatures(log)
 	if f.SimulateCrash {
 		// cmd/virt-launcher/virt-launcher.go: before any socket exists.
 		if f.KeepAfterFailure {
