@@ -1,7 +1,8 @@
 // Command virt-launcher-monitor is the compute container's entry point of
-// the launcher image in KubeVirt mode: it takes the command line KubeVirt
-// v1.6.0's virt-controller renders, serves virt-handler's command socket
-// and runs the VMI through our launcher (see package monitor).
+// the launcher image in KubeVirt mode: it takes the command line KubeVirt's
+// virt-controller renders (v1.6.0 through v1.9.0 and main), serves
+// virt-handler's command socket and runs the VMI through our launcher (see
+// package monitor).
 package main
 
 import (
