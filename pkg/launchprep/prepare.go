@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/crashloop-harness/crashloop/internal/launchplan"
+	"github.com/crashloop-harness/crashloop/pkg/admission"
 	"github.com/crashloop-harness/crashloop/pkg/containerdisk"
 	"github.com/crashloop-harness/crashloop/pkg/converter"
 	"github.com/crashloop-harness/crashloop/pkg/faults"
@@ -100,6 +101,12 @@ func Prepare(ctx context.Context, o Options) (*Prepared, launcherapi.ExitCode) {
 	// (a disk per volume, buses, machine type, ...), so that the manifest
 	// means here what it means in a cluster; faults then name those disks.
 	kvdefaults.Apply(vmi)
+	// What KubeVirt's admission refuses (and names that would leave their
+	// folder or reach QEMU's command line), before anything is made.
+	if err := admission.Admit(admission.Input{VMI: vmi, DataVolumeTemplates: doc.DataVolumeTemplates, FeatureGates: a.FeatureGates}); err != nil {
+		refuse(o.Stderr, input, err)
+		return nil, launcherapi.ExitInvalidManifest
+	}
 	plan, err := faults.Parse(vmi.Annotations, a.Faults)
 	if err == nil {
 		err = plan.ValidateDisks(diskNames(vmi))
@@ -375,6 +382,18 @@ func (p *Prepared) Exec(runner string) launcherapi.ExitCode {
 	p.log.Error("handing the launch over to "+filepath.Base(runner), "err", err)
 	p.Abandon()
 	return launcherapi.ExitInternal
+}
+
+// refuse prints admission's refusal, one line per refused field.
+func refuse(stderr io.Writer, input string, err error) {
+	lines := []string{err.Error()}
+	var ae *admission.Error
+	if errors.As(err, &ae) {
+		lines = ae.Lines()
+	}
+	for _, l := range lines {
+		fmt.Fprintf(stderr, "virt-launcher: %s: %s\n", input, l)
+	}
 }
 
 // onlyFlagErrors tells whether every fault error came from --fault flags
