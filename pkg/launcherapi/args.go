@@ -47,6 +47,18 @@ const (
 // FeatureGateNames lists the gates --feature-gates takes.
 func FeatureGateNames() []string { return []string{GateHostDisk, GateSidecar} }
 
+// ValidateFeatureGates refuses a gate name the launcher does not know,
+// naming the ones it does (for the launcher's and the controller's
+// --feature-gates).
+func ValidateFeatureGates(gates []string) error {
+	for _, g := range gates {
+		if !slices.Contains(FeatureGateNames(), g) {
+			return fmt.Errorf("--feature-gates: unknown feature gate %.200q: allowed values are %s", g, strings.Join(FeatureGateNames(), ", "))
+		}
+	}
+	return nil
+}
+
 // Values of --event-format.
 const (
 	FormatJSON = "json"
@@ -309,10 +321,8 @@ func (a Args) Validate() error {
 	if _, err := ParseLogLevel(a.LogLevel); err != nil {
 		return err
 	}
-	for _, g := range a.FeatureGates {
-		if !slices.Contains(FeatureGateNames(), g) {
-			return fmt.Errorf("--feature-gates: unknown feature gate %.200q: allowed values are %s", g, strings.Join(FeatureGateNames(), ", "))
-		}
+	if err := ValidateFeatureGates(a.FeatureGates); err != nil {
+		return err
 	}
 	if a.Instancetypes != "" {
 		if fi, err := os.Stat(a.Instancetypes); err != nil || !fi.IsDir() {
