@@ -113,6 +113,11 @@ func TestAdmitRefuses(t *testing.T) {
 				v.Spec.Domain.Devices.Disks = append(v.Spec.Domain.Devices.Disks, v1.Disk{Name: fmt.Sprintf("d%d", i)})
 			}
 		}, []string{"field spec.domain.devices.disks: Too many: 257: must have at most 256 items"}},
+		{"257 networks", func(v *v1.VirtualMachineInstance, _ *Input) {
+			for i := range 256 {
+				v.Spec.Networks = append(v.Spec.Networks, v1.Network{Name: fmt.Sprintf("n%d", i), NetworkSource: v1.NetworkSource{Pod: &v1.PodNetwork{}}})
+			}
+		}, []string{"field spec.networks: Too many: 257: must have at most 256 items"}},
 		{"vCPUs overflowing 32 bits", func(v *v1.VirtualMachineInstance, _ *Input) {
 			v.Spec.Domain.CPU = &v1.CPU{Sockets: 65536, Cores: 65536, Threads: 1}
 		}, []string{"field spec.domain.cpu: sockets 65536 × cores 65536 × threads 1 is more than 64 vCPUs (allowed: at most 64"}},

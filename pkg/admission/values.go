@@ -19,7 +19,8 @@ import (
 )
 
 // MaxItems is the CRD's limit (kubebuilder MaxItems in KubeVirt's
-// schema.go) on spec.domain.devices.disks, .interfaces and spec.volumes.
+// schema.go and types.go) on spec.domain.devices.disks, .interfaces,
+// spec.volumes and spec.networks.
 const MaxItems = 256
 
 // checkCounts refuses lists over the CRD's MaxItems, in the API server's
@@ -32,6 +33,7 @@ func checkCounts(c *causes, spec *v1.VirtualMachineInstanceSpec) {
 		{"spec.domain.devices.disks", len(spec.Domain.Devices.Disks)},
 		{"spec.domain.devices.interfaces", len(spec.Domain.Devices.Interfaces)},
 		{"spec.volumes", len(spec.Volumes)},
+		{"spec.networks", len(spec.Networks)},
 	} {
 		if l.n > MaxItems {
 			c.plain(l.field, fmt.Sprintf("Too many: %d: must have at most %d items (KubeVirt's CRD)", l.n, MaxItems))

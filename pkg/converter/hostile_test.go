@@ -137,3 +137,37 @@ func TestMACRenderedFromParsedValue(t *testing.T) {
 		}
 	}
 }
+
+// TestSerialCannotCarryAnOption: a disk's serial reaches QEMU (through
+// libvirt, and on the command line when a disk fault replaces the disk
+// with its own -device ..., serial=): one with an option separator or a
+// control character is refused by KubeVirt's rule; a valid one is kept
+// as written.
+func TestSerialCannotCarryAnOption(t *testing.T) {
+	images, _ := testImages(t)
+	img := filepath.Join(t.TempDir(), "d.img")
+	if err := os.WriteFile(img, []byte("raw"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for serial, ok := range map[string]bool{
+		"SN-0001_a.b+c":           true,
+		"abc,romfile=/etc/shadow": false,
+		"abc=def":                 false,
+		"abc\n,drive=x":           false,
+		"abc def":                 false,
+		strings.Repeat("s", 257):  false,
+	} {
+		vmi := baseVMI()
+		vmi.Spec.Domain.Devices.Disks = []v1.Disk{{Name: "d", Serial: serial, DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{Bus: v1.DiskBusVirtio}}}}
+		vmi.Spec.Volumes = []v1.Volume{{Name: "d", VolumeSource: v1.VolumeSource{HostDisk: &v1.HostDisk{Path: img, Type: v1.HostDiskExists}}}}
+		conv, err := Convert(context.Background(), vmi, DomainOptions{Accel: AccelTCG, Images: images, DryRun: true})
+		switch {
+		case ok && err != nil:
+			t.Errorf("serial %q: %v", serial, err)
+		case ok && conv.Domain.Devices.Disks[0].Serial != serial:
+			t.Errorf("serial %q rendered as %q", serial, conv.Domain.Devices.Disks[0].Serial)
+		case !ok && (err == nil || !strings.Contains(err.Error(), "spec.domain.devices.disks[0].serial")):
+			t.Errorf("serial %.40q: err = %v, want a refusal naming spec.domain.devices.disks[0].serial", serial, err)
+		}
+	}
+}
