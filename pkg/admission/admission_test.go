@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"encoding/base64"
 	"fmt"
 	"strings"
 	"testing"
@@ -108,6 +109,11 @@ func TestAdmitRefuses(t *testing.T) {
 		{"inline userData", func(v *v1.VirtualMachineInstance, _ *Input) {
 			v.Spec.Volumes = append(v.Spec.Volumes, v1.Volume{Name: "ci", VolumeSource: v1.VolumeSource{CloudInitConfigDrive: &v1.CloudInitConfigDriveSource{UserData: long}}})
 		}, []string{"field spec.volumes[1].cloudInitConfigDrive.userData: 1048576 bytes: spec.volumes[1].cloudInitConfigDrive userdata exceeds 2048 byte limit. Should use UserDataSecretRef for larger data."}},
+		{"inline userData and networkDataBase64, both named", func(v *v1.VirtualMachineInstance, _ *Input) {
+			v.Spec.Volumes = append(v.Spec.Volumes, v1.Volume{Name: "ci", VolumeSource: v1.VolumeSource{CloudInitNoCloud: &v1.CloudInitNoCloudSource{
+				UserData: strings.Repeat("u", 2049), NetworkDataBase64: base64.StdEncoding.EncodeToString([]byte(strings.Repeat("n", 4000)))}}})
+		}, []string{"field spec.volumes[1].cloudInitNoCloud.userData: 2049 bytes: spec.volumes[1].cloudInitNoCloud userdata exceeds 2048 byte limit.",
+			"field spec.volumes[1].cloudInitNoCloud.networkDataBase64: 4000 bytes: spec.volumes[1].cloudInitNoCloud networkdata exceeds 2048 byte limit. Should use NetworkDataSecretRef for larger data."}},
 		{"257 disks", func(v *v1.VirtualMachineInstance, _ *Input) {
 			for i := range 256 {
 				v.Spec.Domain.Devices.Disks = append(v.Spec.Domain.Devices.Disks, v1.Disk{Name: fmt.Sprintf("d%d", i)})

@@ -140,8 +140,7 @@ func checkPath(c *causes, field, p string) {
 // checkCloudInit: inline cloud-init within KubeVirt's caps (the rule is
 // pkg/cloudinit's, which the converter applies again).
 func checkCloudInit(c *causes, v *v1.Volume, field string) {
-	var fe *cloudinit.FieldError
-	if err := cloudinit.CheckSize(v, field); errors.As(err, &fe) {
+	for _, fe := range cloudinit.SizeErrors(v, field) {
 		c.plain(fe.Field, fe.Msg)
 	}
 }

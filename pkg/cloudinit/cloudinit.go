@@ -70,10 +70,20 @@ const (
 )
 
 // CheckSize refuses a cloud-init volume's inline userData and networkData
-// (plain, or base64 decoded) over KubeVirt's caps, in KubeVirt's words;
-// field is the volume's path (spec.volumes[N]). Bad base64 is left to
-// FromVolume.
+// (plain, or base64 decoded) over KubeVirt's caps, in KubeVirt's words,
+// with the first of SizeErrors; field is the volume's path
+// (spec.volumes[N]).
 func CheckSize(v *v1.Volume, field string) error {
+	if errs := SizeErrors(v, field); len(errs) > 0 {
+		return errs[0]
+	}
+	return nil
+}
+
+// SizeErrors are a cloud-init volume's inline data over KubeVirt's caps,
+// userData's then networkData's, as KubeVirt lists both. Bad base64 is
+// left to FromVolume.
+func SizeErrors(v *v1.Volume, field string) []*FieldError {
 	var user, userB64, net, netB64 string
 	switch {
 	case v.CloudInitNoCloud != nil:
@@ -85,6 +95,7 @@ func CheckSize(v *v1.Volume, field string) error {
 	default:
 		return nil
 	}
+	var errs []*FieldError
 	for _, d := range []struct {
 		plain, b64, name, kind, ref string
 		limit                       int
@@ -101,11 +112,11 @@ func CheckSize(v *v1.Volume, field string) error {
 			f, n = f+"Base64", max(n, len(decoded))
 		}
 		if n > d.limit {
-			return &FieldError{Field: f, Msg: fmt.Sprintf("%d bytes: %s %s exceeds %d byte limit. Should use %s for larger data. (allowed: at most %d bytes inline, after base64 decoding; the Secret of a %s is a cluster's, which this launcher cannot read)",
-				n, field, d.kind, d.limit, d.ref, d.limit, d.ref)}
+			errs = append(errs, &FieldError{Field: f, Msg: fmt.Sprintf("%d bytes: %s %s exceeds %d byte limit. Should use %s for larger data. (allowed: at most %d bytes inline, after base64 decoding; the Secret of a %s is a cluster's, which this launcher cannot read)",
+				n, field, d.kind, d.limit, d.ref, d.limit, d.ref)})
 		}
 	}
-	return nil
+	return errs
 }
 
 // IsVolume tells whether a volume is a cloud-init volume.
