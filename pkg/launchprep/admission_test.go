@@ -49,10 +49,10 @@ func withPorts(vmi *v1.VirtualMachineInstance, name, mac string, port v1.Port) {
 	vmi.Spec.Networks = []v1.Network{{Name: name, NetworkSource: v1.NetworkSource{Pod: &v1.PodNetwork{}}}}
 }
 
-// dryRun runs the converter stage's Prepare on vmi as `virt-launcher
-// --dry-run` would, with TMPDIR a fresh empty folder, and returns the exit
+// dryRun runs the converter stage's Prepare on obj (a VMI or a VM) as
+// `virt-launcher --dry-run` would, with TMPDIR a fresh empty folder, and returns the exit
 // code, stderr, the domain XML and what the run left in TMPDIR.
-func dryRun(t *testing.T, vmi *v1.VirtualMachineInstance, flags ...string) (launcherapi.ExitCode, string, string, []string) {
+func dryRun(t *testing.T, obj any, flags ...string) (launcherapi.ExitCode, string, string, []string) {
 	t.Helper()
 	dir := t.TempDir()
 	tmp := filepath.Join(dir, "tmp")
@@ -66,7 +66,7 @@ func dryRun(t *testing.T, vmi *v1.VirtualMachineInstance, flags ...string) (laun
 		t.Fatal(err)
 	}
 	t.Setenv("TMPDIR", tmp)
-	data, err := json.Marshal(vmi)
+	data, err := json.Marshal(obj)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,6 +213,27 @@ func TestAdmissionLetsTheBaseVMIThrough(t *testing.T) {
 				t.Errorf("the dry run left %v in TMPDIR", left)
 			}
 		})
+	}
+}
+
+// TestHostileVMNameNotEchoed: a VirtualMachine named with a megabyte is
+// refused with a short message; its name is not logged before admission.
+func TestHostileVMNameNotEchoed(t *testing.T) {
+	vmi := baseVMI()
+	vm := &v1.VirtualMachine{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine"},
+		ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("v", 1<<20), Namespace: "default"},
+		Spec: v1.VirtualMachineSpec{Template: &v1.VirtualMachineInstanceTemplateSpec{Spec: vmi.Spec}},
+	}
+	code, stderr, _, left := dryRun(t, vm)
+	if code != launcherapi.ExitInvalidManifest || !strings.Contains(stderr, "field metadata.name: ") {
+		t.Errorf("exit %d, want %d naming metadata.name; stderr:\n%.2000s", code, launcherapi.ExitInvalidManifest, stderr)
+	}
+	if len(stderr) > 2000 {
+		t.Errorf("stderr is %d bytes; the name must be quoted cut to about 200 bytes:\n%.600s", len(stderr), stderr)
+	}
+	if len(left) != 0 {
+		t.Errorf("the refused dry run left %v in TMPDIR", left)
 	}
 }
 

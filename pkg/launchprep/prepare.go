@@ -82,9 +82,6 @@ func Prepare(ctx context.Context, o Options) (*Prepared, launcherapi.ExitCode) {
 	if !ok {
 		return nil, code
 	}
-	if doc.Kind == "VirtualMachine" {
-		log.Info("the manifest is a VirtualMachine: its template runs as one VMI, one attempt", "input", input, "vmi", vmi.Namespace+"/"+vmi.Name, "uid", vmi.UID)
-	}
 	if len(doc.Ignored) > 0 {
 		log.Info("ignored cluster-only fields: "+strings.Join(doc.Ignored, ", "), "input", input)
 	}
@@ -106,6 +103,10 @@ func Prepare(ctx context.Context, o Options) (*Prepared, launcherapi.ExitCode) {
 	if err := admission.Admit(admission.Input{VMI: vmi, DataVolumeTemplates: doc.DataVolumeTemplates, FeatureGates: a.FeatureGates}); err != nil {
 		refuse(o.Stderr, input, err)
 		return nil, launcherapi.ExitInvalidManifest
+	}
+	// Only now are the VM's name and UID known to be short words.
+	if doc.Kind == "VirtualMachine" {
+		log.Info("the manifest is a VirtualMachine: its template runs as one VMI, one attempt", "input", input, "vmi", vmi.Namespace+"/"+vmi.Name, "uid", vmi.UID)
 	}
 	plan, err := faults.Parse(vmi.Annotations, a.Faults)
 	if err == nil {
