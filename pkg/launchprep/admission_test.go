@@ -223,7 +223,7 @@ func TestHostileVMNameNotEchoed(t *testing.T) {
 	vm := &v1.VirtualMachine{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine"},
 		ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("v", 1<<20), Namespace: "default"},
-		Spec: v1.VirtualMachineSpec{Template: &v1.VirtualMachineInstanceTemplateSpec{Spec: vmi.Spec}},
+		Spec:       v1.VirtualMachineSpec{Template: &v1.VirtualMachineInstanceTemplateSpec{Spec: vmi.Spec}},
 	}
 	code, stderr, _, left := dryRun(t, vm)
 	if code != launcherapi.ExitInvalidManifest || !strings.Contains(stderr, "field metadata.name: ") {
