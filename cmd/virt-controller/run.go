@@ -28,7 +28,7 @@ import (
 type runFlags struct {
 	stateDir, launcher, output, preset, logLevel string
 	instancetypes                                string
-	launcherArgs                                 []string
+	launcherArgs, featureGates                   []string
 	timeScale                                    float64
 	seed                                         launcherapi.Seed
 	maxDelay, giveUpWindow, countRunningWithin   time.Duration
@@ -44,6 +44,7 @@ func runController(args []string) error {
 	fs.StringVar(&f.launcher, "launcher", "", "virt-launcher binary (default: next to virt-controller, then $PATH)")
 	fs.IntVar(&f.launcherNice, "launcher-nice", 0, "run launchers (and their QEMU) at this nice value (0: the controller's own); a crowd of launchers outweighs the controller whatever their nice")
 	fs.StringVar(&f.instancetypes, "instancetypes", "", "folder of the instancetypes and preferences VMs name, besides those in their own file (expanded with virt-launcher-expand, found next to virt-controller)")
+	fs.StringSliceVar(&f.featureGates, "feature-gates", nil, "KubeVirt feature gates every virt-launcher gets, comma-separated: "+strings.Join(launcherapi.FeatureGateNames(), ", ")+" (hostDisk volumes and hook sidecars are refused without theirs)")
 	fs.StringArrayVar(&f.launcherArgs, "launcher-arg", nil, "extra flag for every virt-launcher, e.g. --launcher-arg=--image-dir=DIR (repeatable)")
 	fs.StringVarP(&f.output, "output", "o", "auto", "auto (live view on a terminal, JSON lines otherwise), live, json, or text (one readable line per event)")
 	fs.Float64Var(&f.timeScale, "time-scale", 1, "multiply every controller-side duration (backoff, QEMU timeout, grace period) by this")
@@ -135,6 +136,9 @@ func (f runFlags) config() (controller.Config, error) {
 	if f.timeScale <= 0 {
 		return cfg, fmt.Errorf("--time-scale %g: must be greater than 0", f.timeScale)
 	}
+	if err := launcherapi.ValidateFeatureGates(f.featureGates); err != nil {
+		return cfg, err
+	}
 	policy, err := backoff.Preset(f.preset)
 	if err != nil {
 		return cfg, fmt.Errorf("--backoff: %w", err)
@@ -183,7 +187,7 @@ func (f runFlags) config() (controller.Config, error) {
 	var logOut io.Writer = os.Stderr
 	cfg = controller.Config{
 		StateDir: f.stateDir, Fsync: f.fsync, Policy: policy, Seed: seed,
-		Launcher:      controller.LauncherOptions{Path: launcher, Args: f.launcherArgs, Nice: f.launcherNice},
+		Launcher:      controller.LauncherOptions{Path: launcher, Args: f.launcherArgs, Nice: f.launcherNice, FeatureGates: f.featureGates},
 		StartTimeout:  timeout,
 		WatchInterval: f.watchInterval, StopOnExit: !f.leaveRunning,
 		Logger:   slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level})),

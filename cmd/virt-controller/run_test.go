@@ -51,3 +51,22 @@ func TestInstancetypesFlag(t *testing.T) {
 		t.Errorf("a file as the folder: %v", err)
 	}
 }
+
+// TestFeatureGatesFlag: --feature-gates reaches every launcher's command
+// line as the launcher's own --feature-gates; an unknown gate is refused
+// naming the known ones.
+func TestFeatureGatesFlag(t *testing.T) {
+	f := flagsWith("")
+	f.featureGates = []string{launcherapi.GateHostDisk, launcherapi.GateSidecar}
+	cfg, err := f.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(cfg.Launcher.FeatureGates, ","); got != "HostDisk,Sidecar" {
+		t.Errorf("launcher gates %q, want HostDisk,Sidecar", got)
+	}
+	f.featureGates = []string{"Root"}
+	if _, err := f.config(); err == nil || !strings.Contains(err.Error(), `unknown feature gate "Root": allowed values are HostDisk, Sidecar`) {
+		t.Errorf("an unknown gate: %v", err)
+	}
+}

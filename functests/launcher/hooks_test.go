@@ -45,10 +45,14 @@ data:
     printf '%s\n' "$domain" | sed 's|<baseBoard></baseBoard>|<baseBoard><entry name="product">functest board</entry></baseBoard>|'
 `
 
+// sidecarGate switches on KubeVirt's Sidecar feature gate, without which
+// the launcher refuses the annotation (as virt-api does).
+var sidecarGate = []string{"--feature-gates", launcherapi.GateSidecar}
+
 var _ = Describe("hook sidecars (hooks.kubevirt.io/hookSidecars)", func() {
 	It("runs KubeVirt's example hook sidecar: QEMU gets the base board it sets, and the sidecar is gone once the domain is defined", func() {
 		r := Start(VMISpec{Grace: 10, Annotations: map[string]string{
-			kvmanifest.HookSidecarsAnnotation: exampleSidecar, manufacturerNote: "Radical Edward"}})
+			kvmanifest.HookSidecarsAnnotation: exampleSidecar, manufacturerNote: "Radical Edward"}}, sidecarGate...)
 		r.WaitFor(launcherapi.EventGuestReady, 90*time.Second)
 		Expect(qemuArgs(r)).To(ContainElement(And(HavePrefix("type=2,"), ContainSubstring("manufacturer=Radical Edward"))), "QEMU's -smbios for the base board")
 		Expect(liveDomain(r)).To(ContainSubstring(`<entry name='manufacturer'>Radical Edward</entry>`), "libvirt's live domain XML")
@@ -59,7 +63,8 @@ var _ = Describe("hook sidecars (hooks.kubevirt.io/hookSidecars)", func() {
 	It("runs a ConfigMap's script beside the VMI through KubeVirt's sidecar-shim", func() {
 		text, spec := manifest(VMISpec{Grace: 10, Annotations: map[string]string{
 			kvmanifest.HookSidecarsAnnotation: `[{"args": ["--version", "v1alpha3"], "configMap": {"name": "board", "key": "hook.sh", "hookPath": "/usr/bin/onDefineDomain"}}]`}})
-		r := launchharness.Start(launchharness.Spec{Namespace: namespace, Name: spec.Name, Manifest: text + hookConfigMap})
+		r := launchharness.Start(launchharness.Spec{Namespace: namespace, Name: spec.Name, Manifest: text + hookConfigMap,
+			Args: launcherapi.Args{FeatureGates: []string{launcherapi.GateSidecar}}})
 		r.WaitFor(launcherapi.EventGuestReady, 90*time.Second)
 		Expect(qemuArgs(r)).To(ContainElement(And(HavePrefix("type=2,"), ContainSubstring("product=functest board"))))
 		Expect(sidecarShims()).To(BeEmpty(), "a sidecar outlived the hooks")
@@ -73,7 +78,7 @@ var _ = Describe("hook sidecars (hooks.kubevirt.io/hookSidecars)", func() {
 
 	DescribeTable("refuses what it cannot run with one line naming the annotation, before any QEMU",
 		func(sidecars, want string) {
-			r := Start(VMISpec{Annotations: map[string]string{kvmanifest.HookSidecarsAnnotation: sidecars}})
+			r := Start(VMISpec{Annotations: map[string]string{kvmanifest.HookSidecarsAnnotation: sidecars}}, sidecarGate...)
 			Expect(r.Exit(30 * time.Second)).To(Equal(int(launcherapi.ExitInvalidManifest)))
 			lines := r.LogLines(kvmanifest.HookSidecarsAnnotation)
 			Expect(lines).To(HaveLen(1))

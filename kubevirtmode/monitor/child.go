@@ -85,6 +85,9 @@ func (f Flags) launcherArgs(manifest, consoleLog, podNetwork string, seed launch
 		HookSidecars:     f.HookSidecars,
 		PodNetwork:       podNetwork,
 		Seed:             seed,
+		// The cluster's admission (virt-api, with the KubeVirt CR's
+		// gates) already took this VMI: the launcher's gates stand open.
+		FeatureGates: launcherapi.FeatureGateNames(),
 	}
 	if f.AllowEmulation {
 		a.Accel = launcherapi.AccelAuto

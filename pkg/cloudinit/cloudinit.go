@@ -61,6 +61,64 @@ type FieldError struct {
 
 func (e *FieldError) Error() string { return fmt.Sprintf("field %s: %s", e.Field, e.Msg) }
 
+// KubeVirt's caps on a cloud-init volume's inline data, in bytes after
+// base64 decoding (virt-api's VMI admitter, cloudInitUserMaxLen and
+// cloudInitNetworkMaxLen): larger data belongs in a Secret.
+const (
+	UserDataMaxLen    = 2048
+	NetworkDataMaxLen = 2048
+)
+
+// CheckSize refuses a cloud-init volume's inline userData and networkData
+// (plain, or base64 decoded) over KubeVirt's caps, in KubeVirt's words,
+// with the first of SizeErrors; field is the volume's path
+// (spec.volumes[N]).
+func CheckSize(v *v1.Volume, field string) error {
+	if errs := SizeErrors(v, field); len(errs) > 0 {
+		return errs[0]
+	}
+	return nil
+}
+
+// SizeErrors are a cloud-init volume's inline data over KubeVirt's caps,
+// userData's then networkData's, as KubeVirt lists both. Bad base64 is
+// left to FromVolume.
+func SizeErrors(v *v1.Volume, field string) []*FieldError {
+	var user, userB64, net, netB64 string
+	switch {
+	case v.CloudInitNoCloud != nil:
+		c := v.CloudInitNoCloud
+		field, user, userB64, net, netB64 = field+".cloudInitNoCloud", c.UserData, c.UserDataBase64, c.NetworkData, c.NetworkDataBase64
+	case v.CloudInitConfigDrive != nil:
+		c := v.CloudInitConfigDrive
+		field, user, userB64, net, netB64 = field+".cloudInitConfigDrive", c.UserData, c.UserDataBase64, c.NetworkData, c.NetworkDataBase64
+	default:
+		return nil
+	}
+	var errs []*FieldError
+	for _, d := range []struct {
+		plain, b64, name, kind, ref string
+		limit                       int
+	}{
+		{user, userB64, "userData", "userdata", "UserDataSecretRef", UserDataMaxLen},
+		{net, netB64, "networkData", "networkdata", "NetworkDataSecretRef", NetworkDataMaxLen},
+	} {
+		f, n := field+"."+d.name, len(d.plain)
+		if d.b64 != "" {
+			decoded, err := base64.StdEncoding.DecodeString(d.b64)
+			if err != nil {
+				continue
+			}
+			f, n = f+"Base64", max(n, len(decoded))
+		}
+		if n > d.limit {
+			errs = append(errs, &FieldError{Field: f, Msg: fmt.Sprintf("%d bytes: %s %s exceeds %d byte limit. Should use %s for larger data. (allowed: at most %d bytes inline, after base64 decoding; the Secret of a %s is a cluster's, which this launcher cannot read)",
+				n, field, d.kind, d.limit, d.ref, d.limit, d.ref)})
+		}
+	}
+	return errs
+}
+
 // IsVolume tells whether a volume is a cloud-init volume.
 func IsVolume(v *v1.Volume) bool { return v.CloudInitNoCloud != nil || v.CloudInitConfigDrive != nil }
 
@@ -68,6 +126,9 @@ func IsVolume(v *v1.Volume) bool { return v.CloudInitNoCloud != nil || v.CloudIn
 // already defaulted). field is the volume's path in messages. Secret
 // references are refused: there are no cluster secrets here.
 func FromVolume(vmi *v1.VirtualMachineInstance, v *v1.Volume, field string) (*Data, error) {
+	if err := CheckSize(v, field); err != nil {
+		return nil, err
+	}
 	var (
 		src                        Source
 		user, userB64, net, netB64 string

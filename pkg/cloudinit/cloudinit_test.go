@@ -117,3 +117,36 @@ func TestFromVolumeErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestInlineDataCappedAsKubeVirt: inline userData and networkData, plain or
+// base64, of more than 2048 bytes are refused in KubeVirt's words; 2048
+// bytes are taken.
+func TestInlineDataCappedAsKubeVirt(t *testing.T) {
+	big, limit := strings.Repeat("a", 2049), strings.Repeat("a", 2048)
+	b64 := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+	for _, tt := range []struct {
+		name, field, words string
+		vol                v1.VolumeSource
+	}{
+		{"userData", "spec.volumes[0].cloudInitNoCloud.userData", "spec.volumes[0].cloudInitNoCloud userdata exceeds 2048 byte limit. Should use UserDataSecretRef for larger data.",
+			v1.VolumeSource{CloudInitNoCloud: &v1.CloudInitNoCloudSource{UserData: big}}},
+		{"userDataBase64", "spec.volumes[0].cloudInitConfigDrive.userDataBase64", "userdata exceeds 2048 byte limit",
+			v1.VolumeSource{CloudInitConfigDrive: &v1.CloudInitConfigDriveSource{UserDataBase64: b64(big)}}},
+		{"networkData", "spec.volumes[0].cloudInitConfigDrive.networkData", "networkdata exceeds 2048 byte limit. Should use NetworkDataSecretRef for larger data.",
+			v1.VolumeSource{CloudInitConfigDrive: &v1.CloudInitConfigDriveSource{UserData: "x", NetworkData: big}}},
+		{"networkDataBase64", "spec.volumes[0].cloudInitNoCloud.networkDataBase64", "NetworkDataSecretRef",
+			v1.VolumeSource{CloudInitNoCloud: &v1.CloudInitNoCloudSource{NetworkDataBase64: b64(big)}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := FromVolume(testVMI(), &v1.Volume{Name: "ci", VolumeSource: tt.vol}, "spec.volumes[0]")
+			var fe *FieldError
+			if !errors.As(err, &fe) || fe.Field != tt.field || !strings.Contains(err.Error(), tt.words) || !strings.Contains(err.Error(), "2049 bytes") {
+				t.Fatalf("err = %v, want field %s saying %q", err, tt.field, tt.words)
+			}
+		})
+	}
+	ok := v1.VolumeSource{CloudInitNoCloud: &v1.CloudInitNoCloudSource{UserData: limit, NetworkDataBase64: b64(limit)}}
+	if _, err := FromVolume(testVMI(), &v1.Volume{Name: "ci", VolumeSource: ok}, "spec.volumes[0]"); err != nil {
+		t.Fatalf("2048 bytes each: %v", err)
+	}
+}

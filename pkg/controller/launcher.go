@@ -39,6 +39,9 @@ type LauncherOptions struct {
 	// and a thousand nice-10 launchers outweigh the controller's
 	// threads), and QEMU inherits it.
 	Nice int
+	// FeatureGates are the KubeVirt feature gates every launcher gets
+	// (launcherapi.Args.FeatureGates: HostDisk, Sidecar).
+	FeatureGates []string
 }
 
 func (o LauncherOptions) poll() time.Duration {
@@ -84,7 +87,7 @@ func launcherArgs(o LauncherOptions, r launchRequest) []string {
 	grace := r.GracePeriod
 	return launcherapi.Args{
 		Manifest: r.Dir.Manifest(), ConsoleLog: r.Dir.Console(), StartTimeout: launcherapi.FixedStartTimeout(r.QEMUTimeout),
-		GracePeriod: &grace, Seed: r.Seed, Attempt: r.Attempt, Extra: o.Args,
+		GracePeriod: &grace, Seed: r.Seed, Attempt: r.Attempt, FeatureGates: o.FeatureGates, Extra: o.Args,
 	}.Build()
 }
 

@@ -13,6 +13,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 	"libvirt.org/go/libvirtxml"
 
+	"github.com/crashloop-harness/crashloop/pkg/admission"
 	"github.com/crashloop-harness/crashloop/pkg/cloudinit"
 	"github.com/crashloop-harness/crashloop/pkg/overlay"
 )
@@ -28,12 +29,16 @@ func setDisks(ctx context.Context, dom *libvirtxml.Domain, vmi *v1.VirtualMachin
 		field := fmt.Sprintf("spec.domain.devices.disks[%d]", i)
 		v, ok := volumes[d.Name]
 		if !ok {
-			return &SpecError{Field: field + ".name", Msg: fmt.Sprintf("no volume named %q in spec.volumes", d.Name)}
+			return &SpecError{Field: field + ".name", Msg: fmt.Sprintf("no volume named %s in spec.volumes", admission.Quote(d.Name))}
 		}
 		if used[d.Name] {
-			return &SpecError{Field: field + ".name", Msg: fmt.Sprintf("volume %q is used by two disks", d.Name)}
+			return &SpecError{Field: field + ".name", Msg: fmt.Sprintf("volume %s is used by two disks", admission.Quote(d.Name))}
 		}
 		used[d.Name] = true
+		if msg := admission.SerialError(d.Serial); msg != "" {
+			// The serial reaches QEMU through libvirt: KubeVirt's rule.
+			return &SpecError{Field: field + ".serial", Msg: admission.Quote(d.Serial) + ": " + field + " " + msg}
+		}
 		kind, err := diskKindOf(d, field)
 		if err != nil {
 			return err
@@ -42,15 +47,26 @@ func setDisks(ctx context.Context, dom *libvirtxml.Domain, vmi *v1.VirtualMachin
 		if err != nil {
 			return err
 		}
-		dom.Devices.Disks = append(dom.Devices.Disks, newDisk(vmi, d, kind, file, kind.prefix+string(rune('a'+next[kind.prefix]))))
+		dom.Devices.Disks = append(dom.Devices.Disks, newDisk(vmi, d, kind, file, diskTargetName(kind.prefix, next[kind.prefix])))
 		next[kind.prefix]++
 	}
 	for i, v := range vmi.Spec.Volumes {
 		if !used[v.Name] {
-			return &SpecError{Field: fmt.Sprintf("spec.volumes[%d]", i), Msg: fmt.Sprintf("volume %q is not used by any disk in spec.domain.devices.disks", v.Name)}
+			return &SpecError{Field: fmt.Sprintf("spec.volumes[%d]", i), Msg: fmt.Sprintf("volume %s is not used by any disk in spec.domain.devices.disks", admission.Quote(v.Name))}
 		}
 	}
 	return nil
+}
+
+// diskTargetName is the target device name of the n-th (from 0) disk of a
+// bus, as libvirt counts them (virDiskNameToIndex): vda..vdz, vdaa..vdaz,
+// vdba, ..., vdzz, vdaaa.
+func diskTargetName(prefix string, n int) string {
+	var letters []byte
+	for i := n; i >= 0; i = i/26 - 1 {
+		letters = append([]byte{byte('a' + i%26)}, letters...)
+	}
+	return prefix + string(letters)
 }
 
 // volumesByName indexes spec.volumes by name (the volume and its index),
@@ -61,7 +77,7 @@ func volumesByName(vmi *v1.VirtualMachineInstance) (map[string]*v1.Volume, map[s
 	for i := range vmi.Spec.Volumes {
 		v := &vmi.Spec.Volumes[i]
 		if _, dup := volumes[v.Name]; dup {
-			return nil, nil, &SpecError{Field: fmt.Sprintf("spec.volumes[%d].name", i), Msg: fmt.Sprintf("duplicate volume name %q", v.Name)}
+			return nil, nil, &SpecError{Field: fmt.Sprintf("spec.volumes[%d].name", i), Msg: fmt.Sprintf("duplicate volume name %s", admission.Quote(v.Name))}
 		}
 		volumes[v.Name], index[v.Name] = v, i
 	}
@@ -110,7 +126,7 @@ func diskKindOf(d v1.Disk, field string) (diskKind, error) {
 		if device == "cdrom" {
 			allowed = "sata"
 		}
-		return diskKind{}, &SpecError{Field: busField, Msg: fmt.Sprintf("%q is not supported (allowed: %s)", bus, allowed)}
+		return diskKind{}, &SpecError{Field: busField, Msg: fmt.Sprintf("%s is not supported (allowed: %s)", admission.Quote(string(bus)), allowed)}
 	}
 	return diskKind{device: device, bus: bus, prefix: prefix, readonly: readonly}, nil
 }
@@ -209,7 +225,7 @@ func diskSource(ctx context.Context, vmi *v1.VirtualMachineInstance, v *v1.Volum
 			}
 		case v1.HostDiskExistsOrCreate:
 			if !filepath.IsAbs(hd.Path) {
-				return source{}, &SpecError{Field: field + ".hostDisk.path", Msg: fmt.Sprintf("%q is not an absolute path", hd.Path)}
+				return source{}, &SpecError{Field: field + ".hostDisk.path", Msg: fmt.Sprintf("%s is not an absolute path", admission.Quote(hd.Path))}
 			}
 			_, statErr := os.Stat(hd.Path)
 			if err := createSparse(hd.Path, hd.Capacity.Value(), opts.DryRun); err != nil {
@@ -219,7 +235,7 @@ func diskSource(ctx context.Context, vmi *v1.VirtualMachineInstance, v *v1.Volum
 				return source{path: hd.Path, format: "raw"}, nil // created (or, in a dry run, to be) sparse and raw
 			}
 		default:
-			return source{}, &SpecError{Field: field + ".hostDisk.type", Msg: fmt.Sprintf("%q is not allowed (allowed: Disk, DiskOrCreate)", hd.Type)}
+			return source{}, &SpecError{Field: field + ".hostDisk.type", Msg: fmt.Sprintf("%s is not allowed (allowed: Disk, DiskOrCreate)", admission.Quote(string(hd.Type)))}
 		}
 		return source{path: hd.Path}, nil
 	case v.ContainerDisk != nil:

@@ -2,6 +2,7 @@ package converter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 	"libvirt.org/go/libvirtxml"
 
+	"github.com/crashloop-harness/crashloop/pkg/admission"
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/overlay"
 )
@@ -180,7 +182,7 @@ func newDomain(vmi *v1.VirtualMachineInstance, accel Accel) *libvirtxml.Domain {
 // machine type (pc unless the VMI names another pc or q35 one).
 func setMachine(dom *libvirtxml.Domain, spec *v1.VirtualMachineInstanceSpec, accel Accel, notes *[]string) error {
 	if a := spec.Architecture; a != "" && a != "amd64" {
-		return &SpecError{Field: "spec.architecture", Msg: fmt.Sprintf("%q is not supported (allowed: amd64, the host's)", a)}
+		return &SpecError{Field: "spec.architecture", Msg: fmt.Sprintf("%s is not supported (allowed: amd64, the host's)", admission.Quote(a))}
 	}
 	if err := setCPU(dom, spec.Domain.CPU, accel); err != nil {
 		return err
@@ -192,7 +194,7 @@ func setMachine(dom *libvirtxml.Domain, spec *v1.VirtualMachineInstanceSpec, acc
 	if spec.Domain.Machine != nil && spec.Domain.Machine.Type != "" {
 		machine = spec.Domain.Machine.Type
 		if !(machine == "pc" || machine == "q35" || strings.HasPrefix(machine, "pc-i440fx-") || strings.HasPrefix(machine, "pc-q35-")) {
-			return &SpecError{Field: "spec.domain.machine.type", Msg: fmt.Sprintf("%q is not supported (allowed: pc, q35, pc-i440fx-*, pc-q35-*)", machine)}
+			return &SpecError{Field: "spec.domain.machine.type", Msg: fmt.Sprintf("%s is not supported (allowed: pc, q35, pc-i440fx-*, pc-q35-*)", admission.Quote(machine))}
 		}
 	}
 	dom.OS = &libvirtxml.DomainOS{Type: &libvirtxml.DomainOSType{Type: "hvm", Arch: "x86_64", Machine: machine}}
@@ -309,19 +311,10 @@ func vmiUUID(vmi *v1.VirtualMachineInstance) string {
 	return ""
 }
 
+// setCPU sets the vCPUs and their topology; the counts are admission's
+// (admission.Topology: 64-bit products, each checked, so a topology that
+// wraps around in 32 bits is refused, not taken for a few vCPUs).
 func setCPU(dom *libvirtxml.Domain, cpu *v1.CPU, accel Accel) error {
-	sockets, cores, threads := uint32(1), uint32(1), uint32(1)
-	if cpu != nil {
-		if cpu.Sockets > 0 {
-			sockets = cpu.Sockets
-		}
-		if cpu.Cores > 0 {
-			cores = cpu.Cores
-		}
-		if cpu.Threads > 0 {
-			threads = cpu.Threads
-		}
-	}
 	if cpu != nil {
 		switch cpu.Model {
 		case "", v1.CPUModeHostModel:
@@ -333,31 +326,28 @@ func setCPU(dom *libvirtxml.Domain, cpu *v1.CPU, accel Accel) error {
 			// every host. libvirt reads the guest CPU back at start either
 			// way (one qom-get per feature, ~250 ms here; see the README).
 		default:
-			return &SpecError{Field: "spec.domain.cpu.model", Msg: fmt.Sprintf("%q is not supported (allowed: host-model, KubeVirt's default)", cpu.Model)}
-		}
-		if cpu.MaxSockets != 0 && cpu.MaxSockets < sockets {
-			return &SpecError{Field: "spec.domain.cpu.maxSockets", Msg: fmt.Sprintf("%d is below spec.domain.cpu.sockets %d", cpu.MaxSockets, sockets)}
+			return &SpecError{Field: "spec.domain.cpu.model", Msg: fmt.Sprintf("%s is not supported (allowed: host-model, KubeVirt's default)", admission.Quote(cpu.Model))}
 		}
 	}
-	n := sockets * cores * threads
-	if n > 64 {
-		return &SpecError{Field: "spec.domain.cpu", Msg: fmt.Sprintf("sockets x cores x threads = %d vCPUs; at most 64 are supported", n)}
+	t, err := admission.Topology(cpu)
+	if err != nil {
+		var te *admission.TopologyError
+		if errors.As(err, &te) {
+			return &SpecError{Field: te.Field, Msg: te.Msg}
+		}
+		return err
 	}
-	dom.VCPU = &libvirtxml.DomainVCPU{Placement: "static", Value: uint(n)}
-	dom.CPU = &libvirtxml.DomainCPU{Topology: &libvirtxml.DomainCPUTopology{Sockets: int(sockets), Cores: int(cores), Threads: int(threads)}}
-	if cpu != nil && cpu.MaxSockets > sockets {
+	dom.VCPU = &libvirtxml.DomainVCPU{Placement: "static", Value: uint(t.Enabled)}
+	dom.CPU = &libvirtxml.DomainCPU{Topology: &libvirtxml.DomainCPUTopology{Sockets: int(t.Sockets), Cores: int(t.Cores), Threads: int(t.Threads)}}
+	if t.Total > t.Enabled {
 		// As KubeVirt: room to hot-plug up to maxSockets sockets, the
 		// requested vCPUs enabled, those of the first socket fixed.
-		total := cpu.MaxSockets * cores * threads
-		if total > 256 {
-			return &SpecError{Field: "spec.domain.cpu.maxSockets", Msg: fmt.Sprintf("maxSockets x cores x threads = %d vCPUs; at most 256 are supported", total)}
-		}
-		dom.VCPU.Value = uint(total)
+		dom.VCPU.Value = uint(t.Total)
 		dom.CPU.Topology.Sockets = int(cpu.MaxSockets)
 		dom.VCPUs = &libvirtxml.DomainVCPUs{}
-		for id := uint32(0); id < total; id++ {
+		for id := uint32(0); id < t.Total; id++ {
 			dom.VCPUs.VCPU = append(dom.VCPUs.VCPU, libvirtxml.DomainVCPUsVCPU{
-				Id: ptr(uint(id)), Enabled: yesNo(id < n), Hotpluggable: yesNo(id >= cores*threads),
+				Id: ptr(uint(id)), Enabled: yesNo(id < t.Enabled), Hotpluggable: yesNo(id >= t.Cores*t.Threads),
 			})
 		}
 	}

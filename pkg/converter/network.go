@@ -8,6 +8,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 	"libvirt.org/go/libvirtxml"
 
+	"github.com/crashloop-harness/crashloop/pkg/admission"
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 )
 
@@ -42,9 +43,19 @@ func setInterfaces(dom *libvirtxml.Domain, spec *v1.VirtualMachineInstanceSpec, 
 	cmdlineNICs := 0
 	for i, iface := range spec.Domain.Devices.Interfaces {
 		field := fmt.Sprintf("spec.domain.devices.interfaces[%d]", i)
+		// The name goes into QEMU's -netdev and -device options and the
+		// MAC address into -device: only what admission allows, the MAC
+		// address as parsed.
+		if msg := admission.InterfaceNameError(iface.Name); msg != "" {
+			return nil, &SpecError{Field: field + ".name", Msg: admission.Quote(iface.Name) + ": " + msg}
+		}
+		mac, err := nicMAC(iface.MacAddress, field)
+		if err != nil {
+			return nil, err
+		}
 		n, ok := networks[iface.Name]
 		if !ok {
-			return nil, &SpecError{Field: field + ".name", Msg: fmt.Sprintf("no network named %q in spec.networks", iface.Name)}
+			return nil, &SpecError{Field: field + ".name", Msg: fmt.Sprintf("no network named %s in spec.networks", admission.Quote(iface.Name))}
 		}
 		if err := checkBinding(iface, n, field); err != nil {
 			return nil, err
@@ -55,11 +66,11 @@ func setInterfaces(dom *libvirtxml.Domain, spec *v1.VirtualMachineInstanceSpec, 
 		}
 		used[n.Name] = true
 		if tap != nil {
-			dom.Devices.Interfaces = append(dom.Devices.Interfaces, tapNIC(iface, model, *tap))
+			dom.Devices.Interfaces = append(dom.Devices.Interfaces, tapNIC(iface, model, mac, *tap))
 			continue
 		}
 		if len(iface.Ports) == 0 && iface.Masquerade == nil {
-			dom.Devices.Interfaces = append(dom.Devices.Interfaces, userNIC(iface, model))
+			dom.Devices.Interfaces = append(dom.Devices.Interfaces, userNIC(iface, model, mac))
 			continue
 		}
 		netdev, ifaceForwards, err := forwardedNetdev(iface, field, hostPort)
@@ -67,7 +78,7 @@ func setInterfaces(dom *libvirtxml.Domain, spec *v1.VirtualMachineInstanceSpec, 
 			return nil, err
 		}
 		forwards = append(forwards, ifaceForwards...)
-		addCmdlineNIC(dom, iface, qemuModel, netdev, cmdlineNICs)
+		addCmdlineNIC(dom, iface, qemuModel, netdev, mac, cmdlineNICs)
 		cmdlineNICs++
 	}
 	for _, n := range spec.Networks {
@@ -76,6 +87,22 @@ func setInterfaces(dom *libvirtxml.Domain, spec *v1.VirtualMachineInstanceSpec, 
 		}
 	}
 	return forwards, nil
+}
+
+// nicMAC is the interface's MAC address as parsed, in canonical form
+// (lower-case hex, ':'), or "" for none: never the manifest's text.
+func nicMAC(s, field string) (string, error) {
+	if msg := admission.MACError(s); msg != "" {
+		return "", &SpecError{Field: field + ".macAddress", Msg: admission.Quote(s) + ": " + msg}
+	}
+	if s == "" {
+		return "", nil
+	}
+	mac, err := net.ParseMAC(s)
+	if err != nil {
+		return "", &SpecError{Field: field + ".macAddress", Msg: admission.Quote(s) + ": " + err.Error()}
+	}
+	return mac.String(), nil
 }
 
 // checkBinding refuses an interface on anything but the pod network, or
@@ -110,7 +137,7 @@ func nicModel(iface v1.Interface, spec *v1.VirtualMachineInstanceSpec, field str
 	}
 	qemuModel, ok := map[string]string{"virtio": "virtio-net-pci", "e1000": "e1000", "e1000e": "e1000e", "rtl8139": "rtl8139"}[model]
 	if !ok {
-		return "", "", &SpecError{Field: field + ".model", Msg: fmt.Sprintf("%q is not supported (allowed: virtio, e1000, e1000e, rtl8139)", model)}
+		return "", "", &SpecError{Field: field + ".model", Msg: fmt.Sprintf("%s is not supported (allowed: virtio, e1000, e1000e, rtl8139)", admission.Quote(model))}
 	}
 	if model == "virtio" {
 		model = "virtio-non-transitional"
@@ -123,16 +150,16 @@ func nicModel(iface v1.Interface, spec *v1.VirtualMachineInstanceSpec, field str
 }
 
 // userNIC is a libvirt user-network interface: a bridge interface without
-// forwarded ports.
-func userNIC(iface v1.Interface, model string) libvirtxml.DomainInterface {
+// forwarded ports; mac is the parsed MAC address, or "".
+func userNIC(iface v1.Interface, model, mac string) libvirtxml.DomainInterface {
 	nic := libvirtxml.DomainInterface{
 		Source: &libvirtxml.DomainInterfaceSource{User: &libvirtxml.DomainInterfaceSourceUser{}},
 		Model:  &libvirtxml.DomainInterfaceModel{Type: model},
 		Alias:  &libvirtxml.DomainAlias{Name: "ua-" + iface.Name},
 		ROM:    &libvirtxml.DomainROM{Enabled: "no"},
 	}
-	if iface.MacAddress != "" {
-		nic.MAC = &libvirtxml.DomainInterfaceMAC{Address: iface.MacAddress}
+	if mac != "" {
+		nic.MAC = &libvirtxml.DomainInterfaceMAC{Address: mac}
 	}
 	return nic
 }
@@ -153,8 +180,8 @@ type TapNIC struct {
 // bridge and masquerade bindings (its converter's ethernet type, then its
 // TapLibvirtSpecGenerator): type ethernet on the existing tap device,
 // managed='no' (libvirt opens it and creates nothing), eth0's MTU, the
-// VMI's MAC address or else eth0's.
-func tapNIC(iface v1.Interface, model string, tap TapNIC) libvirtxml.DomainInterface {
+// VMI's MAC address (mac, parsed) or else eth0's.
+func tapNIC(iface v1.Interface, model, mac string, tap TapNIC) libvirtxml.DomainInterface {
 	nic := libvirtxml.DomainInterface{
 		Source: &libvirtxml.DomainInterfaceSource{Ethernet: &libvirtxml.DomainInterfaceSourceEthernet{}},
 		Target: &libvirtxml.DomainInterfaceTarget{Dev: tap.Device, Managed: "no"},
@@ -166,8 +193,8 @@ func tapNIC(iface v1.Interface, model string, tap TapNIC) libvirtxml.DomainInter
 		nic.MTU = &libvirtxml.DomainInterfaceMTU{Size: uint(tap.MTU)}
 	}
 	switch {
-	case iface.MacAddress != "":
-		nic.MAC = &libvirtxml.DomainInterfaceMAC{Address: iface.MacAddress}
+	case mac != "":
+		nic.MAC = &libvirtxml.DomainInterfaceMAC{Address: mac}
 	case tap.MAC != "":
 		nic.MAC = &libvirtxml.DomainInterfaceMAC{Address: tap.MAC}
 	}
@@ -189,7 +216,7 @@ func forwardedNetdev(iface v1.Interface, field string, hostPort func(string, int
 			proto = "TCP"
 		}
 		if proto != "TCP" && proto != "UDP" {
-			return "", nil, &SpecError{Field: pf + ".protocol", Msg: fmt.Sprintf("%q is not supported (allowed: TCP, UDP)", p.Protocol)}
+			return "", nil, &SpecError{Field: pf + ".protocol", Msg: fmt.Sprintf("%s is not supported (allowed: TCP, UDP)", admission.Quote(p.Protocol))}
 		}
 		if p.Port < 1 || p.Port > 65535 {
 			return "", nil, &SpecError{Field: pf + ".port", Msg: fmt.Sprintf("%d is not a port (1-65535)", p.Port)}
@@ -205,8 +232,11 @@ func forwardedNetdev(iface v1.Interface, field string, hostPort func(string, int
 }
 
 // addCmdlineNIC puts the n-th (from 0) command-line NIC on QEMU's command
-// line: its -netdev and its -device.
-func addCmdlineNIC(dom *libvirtxml.Domain, iface v1.Interface, qemuModel, netdev string, n int) {
+// line: its -netdev and its -device. Every value in them is the
+// converter's own or checked: the model from a fixed table, the name by
+// admission.InterfaceNameError (no ',' or '='), mac parsed, ports numbers
+// and TCP/UDP.
+func addCmdlineNIC(dom *libvirtxml.Domain, iface v1.Interface, qemuModel, netdev, mac string, n int) {
 	// libvirt does not know this device, so it must not pick its PCI
 	// slot: slots from 0x1a down on the root bus are ones libvirt
 	// fills last (it counts up from slot 1) and q35 leaves free when
@@ -216,8 +246,8 @@ func addCmdlineNIC(dom *libvirtxml.Domain, iface v1.Interface, qemuModel, netdev
 		bus = "pcie.0"
 	}
 	device := fmt.Sprintf("%s,netdev=ua-%s,id=ua-%s,romfile=,bus=%s,addr=%#x", qemuModel, iface.Name, iface.Name, bus, 0x1a-n)
-	if iface.MacAddress != "" {
-		device += ",mac=" + iface.MacAddress
+	if mac != "" {
+		device += ",mac=" + mac
 	}
 	if dom.QEMUCommandline == nil {
 		dom.QEMUCommandline = &libvirtxml.DomainQEMUCommandline{}

@@ -3,7 +3,9 @@ package faults
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // The kinds of parse error. Every *Error wraps exactly one of them, so callers
@@ -47,22 +49,62 @@ type Error struct {
 }
 
 // Error renders the message: source, kind, bad part, detail, allowed values.
+// Every piece that can carry input is cut to about quoteMax bytes, so a
+// megabyte of bad annotation gives a line, not a megabyte.
 func (e *Error) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "faults: %s: %v", e.Source, e.Kind)
+	fmt.Fprintf(&b, "faults: %s: %v", cut(e.Source, quoteMax), e.Kind)
 	if e.Part != "" {
-		fmt.Fprintf(&b, " %q", e.Part)
+		b.WriteString(" " + quoteCut(e.Part))
 	}
 	if e.Detail != "" {
-		b.WriteString(": " + e.Detail)
+		b.WriteString(": " + cut(e.Detail, 2*quoteMax))
 	}
 	if e.Err != nil {
-		b.WriteString(": " + e.Err.Error())
+		b.WriteString(": " + cut(e.Err.Error(), quoteMax))
 	}
 	if len(e.Allowed) > 0 {
-		b.WriteString(" (allowed: " + strings.Join(e.Allowed, ", ") + ")")
+		allowed := e.Allowed
+		more := ""
+		if len(allowed) > maxAllowed {
+			allowed, more = allowed[:maxAllowed], fmt.Sprintf(", and %d more", len(e.Allowed)-maxAllowed)
+		}
+		b.WriteString(" (allowed: " + cut(strings.Join(allowed, ", "), 4*quoteMax) + more + ")")
 	}
 	return b.String()
+}
+
+// quoteMax is how many bytes of a bad value a message quotes; maxAllowed
+// how many allowed values it lists.
+const (
+	quoteMax   = 200
+	maxAllowed = 20
+)
+
+// quoteCut quotes s as %q does, cut to quoteMax bytes on a rune boundary
+// with its full length after it when longer.
+func quoteCut(s string) string {
+	if len(s) <= quoteMax {
+		return strconv.Quote(s)
+	}
+	return strconv.Quote(s[:runeCut(s, quoteMax)]) + fmt.Sprintf("… (%d bytes)", len(s))
+}
+
+// cut is s, or its first n bytes (on a rune boundary) and its length.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:runeCut(s, n)] + fmt.Sprintf("… (%d bytes)", len(s))
+}
+
+// runeCut is the largest i <= n at which s can be cut without splitting
+// a UTF-8 sequence.
+func runeCut(s string, n int) int {
+	for n > 0 && n < len(s) && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return n
 }
 
 // Unwrap returns the kind and the cause, for errors.Is and errors.As.

@@ -11,9 +11,11 @@ import (
 
 	v1 "kubevirt.io/api/core/v1"
 
+	"github.com/crashloop-harness/crashloop/pkg/admission"
 	"github.com/crashloop-harness/crashloop/pkg/converter"
 	"github.com/crashloop-harness/crashloop/pkg/hooksexec"
 	"github.com/crashloop-harness/crashloop/pkg/kvdefaults"
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/manifest"
 	"github.com/crashloop-harness/crashloop/pkg/vmexpandexec"
 )
@@ -35,8 +37,10 @@ type Sandbox struct {
 
 // Ours renders one manifest the way the launcher's converter stage does
 // (pkg/launchprep: vmexpandexec.Expander, manifest.Read, converter.CheckSupported,
-// kvdefaults.Apply, converter.Convert) under TCG, inside the sandbox. An
-// error is the launcher's refusal.
+// kvdefaults.Apply, admission.Admit with every feature gate on, as the
+// cluster's own admission would have let the manifest through,
+// converter.Convert) under TCG, inside the sandbox. An error is the
+// launcher's refusal.
 func (s Sandbox) Ours(ctx context.Context, data []byte, input string) (string, error) {
 	machine, err := s.Expand.Machine(ctx, data, input)
 	if err != nil {
@@ -50,6 +54,9 @@ func (s Sandbox) Ours(ctx context.Context, data []byte, input string) (string, e
 		return "", err
 	}
 	kvdefaults.Apply(vmi)
+	if err := admission.Admit(admission.Input{VMI: vmi, DataVolumeTemplates: doc.DataVolumeTemplates, FeatureGates: launcherapi.FeatureGateNames()}); err != nil {
+		return "", err
+	}
 	dir, err := os.MkdirTemp(s.Dir, "vmi-")
 	if err != nil {
 		return "", err

@@ -6,7 +6,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -30,6 +32,32 @@ const (
 	// KubeVirt's launcher does: libvirt's ethernet interface, managed='no'.
 	PodNetworkKubeVirtTap = "kubevirt-tap"
 )
+
+// KubeVirt's feature gates that the launcher honours, by KubeVirt's names
+// (pkg/virt-config/featuregate): --feature-gates takes them comma-separated.
+// As in KubeVirt, a VMI with a hostDisk volume or hook sidecars is refused
+// unless its gate is on.
+const (
+	// GateHostDisk allows hostDisk volumes.
+	GateHostDisk = "HostDisk"
+	// GateSidecar allows the hooks.kubevirt.io/hookSidecars annotation.
+	GateSidecar = "Sidecar"
+)
+
+// FeatureGateNames lists the gates --feature-gates takes.
+func FeatureGateNames() []string { return []string{GateHostDisk, GateSidecar} }
+
+// ValidateFeatureGates refuses a gate name the launcher does not know,
+// naming the ones it does (for the launcher's and the controller's
+// --feature-gates).
+func ValidateFeatureGates(gates []string) error {
+	for _, g := range gates {
+		if !slices.Contains(FeatureGateNames(), g) {
+			return fmt.Errorf("--feature-gates: unknown feature gate %.200q: allowed values are %s", g, strings.Join(FeatureGateNames(), ", "))
+		}
+	}
+	return nil
+}
 
 // Values of --event-format.
 const (
@@ -113,6 +141,14 @@ type Args struct {
 	// mode) starts the sidecars the VMI's hooks.kubevirt.io/hookSidecars
 	// annotation names.
 	HookSidecars uint
+	// FeatureGates are the KubeVirt feature gates switched on (GateHostDisk,
+	// GateSidecar), as a cluster's KubeVirt CR lists them.
+	FeatureGates []string
+}
+
+// GateEnabled tells whether --feature-gates names the gate.
+func (a Args) GateEnabled(gate string) bool {
+	return slices.Contains(a.FeatureGates, gate)
 }
 
 // DefaultArgs are the effective values of every flag left off.
@@ -177,6 +213,9 @@ func (a Args) Build() []string {
 	if a.HookSidecars != 0 {
 		out = append(out, "--hook-sidecars", strconv.FormatUint(uint64(a.HookSidecars), 10))
 	}
+	if len(a.FeatureGates) > 0 {
+		out = append(out, "--feature-gates", strings.Join(a.FeatureGates, ","))
+	}
 	out = append(out, a.Extra...)
 	if a.Manifest != "" {
 		out = append(out, a.Manifest)
@@ -221,6 +260,7 @@ func (a *Args) FlagSet(out io.Writer) *pflag.FlagSet {
 	fs.StringVar(&a.ClaimDir, "claim-dir", a.ClaimDir, "folder of persistentVolumeClaim and dataVolume volumes: claim NAME is DIR/NAME/disk.img (empty: such volumes are refused)")
 	fs.StringVar(&a.Instancetypes, "instancetypes", a.Instancetypes, "folder of YAML/JSON files with the (Cluster)Instancetype and (Cluster)Preference objects a VirtualMachine may name (the manifest's own file is read first)")
 	fs.UintVar(&a.HookSidecars, "hook-sidecars", a.HookSidecars, "KubeVirt mode: wait for N hook sidecars of the launcher pod in /var/run/kubevirt-hooks (0: start the sidecars the VMI's hooks.kubevirt.io/hookSidecars annotation names)")
+	fs.StringSliceVar(&a.FeatureGates, "feature-gates", a.FeatureGates, "KubeVirt feature gates to switch on, comma-separated, by KubeVirt's names: "+strings.Join(FeatureGateNames(), ", ")+" (without HostDisk a hostDisk volume is refused, without Sidecar the hooks.kubevirt.io/hookSidecars annotation)")
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: virt-launcher [flags] VMI.yaml\n\nBoots one KubeVirt VirtualMachineInstance (YAML or JSON file, - for stdin) through libvirt.\n\nFlags:\n%s", fs.FlagUsages())
 	}
@@ -279,6 +319,9 @@ func (a Args) Validate() error {
 		return fmt.Errorf("--event-format: unknown format %q: allowed values are json, text", a.EventFormat)
 	}
 	if _, err := ParseLogLevel(a.LogLevel); err != nil {
+		return err
+	}
+	if err := ValidateFeatureGates(a.FeatureGates); err != nil {
 		return err
 	}
 	if a.Instancetypes != "" {

@@ -19,11 +19,14 @@ func TestArgsRoundTrip(t *testing.T) {
 		ImageDir: "/i", ContainerDiskDir: "/cd", ConsoleLog: "/x/console.log", PodNetwork: PodNetworkKubeVirtTap, ReadyMarker: "READY", StartTimeout: FixedStartTimeout(283 * time.Second),
 		GracePeriod: &grace, Seed: 1<<63 + 5, Attempt: 4, EventFormat: FormatText, LogLevel: "debug",
 		SimulateCrash: true, DryRun: true, Faults: []string{"qemu-hang", "qemu-kill=50%2*after=1s"}, ClaimDir: "/claims",
-		Instancetypes: t.TempDir(), HookSidecars: 2,
+		Instancetypes: t.TempDir(), HookSidecars: 2, FeatureGates: []string{GateHostDisk, GateSidecar},
 	}
 	argv := in.Build()
 	if got := strings.Join(argv, " "); !strings.Contains(got, "--instancetypes "+in.Instancetypes) {
 		t.Errorf("Build renders --instancetypes: %s", got)
+	}
+	if got := strings.Join(argv, " "); !strings.Contains(got, "--feature-gates HostDisk,Sidecar") {
+		t.Errorf("Build renders --feature-gates as KubeVirt lists gates: %s", got)
 	}
 	if got := strings.Join(argv, " "); !strings.Contains(got, "--qemu-timeout 283s --qemu-timeout-jitter 0s") {
 		t.Errorf("Build renders the timeout as whole seconds with no jitter: %s", got)
@@ -75,6 +78,7 @@ func TestParseArgsErrors(t *testing.T) {
 		{[]string{"--no-such-flag", "v"}, "unknown flag: --no-such-flag"},
 		{[]string{"--instancetypes", "/no/such/folder", "v"}, "--instancetypes /no/such/folder: want a folder of YAML or JSON files"},
 		{[]string{"--instancetypes", file, "v"}, "--instancetypes " + file + ": want a folder"},
+		{[]string{"--feature-gates", "HostDisk,Root", "v"}, `--feature-gates: unknown feature gate "Root": allowed values are HostDisk, Sidecar`},
 	} {
 		_, err := ParseArgs(tc.argv, DefaultArgs(), io.Discard)
 		var ue *UsageError

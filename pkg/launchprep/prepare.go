@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/crashloop-harness/crashloop/internal/launchplan"
+	"github.com/crashloop-harness/crashloop/pkg/admission"
 	"github.com/crashloop-harness/crashloop/pkg/containerdisk"
 	"github.com/crashloop-harness/crashloop/pkg/converter"
 	"github.com/crashloop-harness/crashloop/pkg/faults"
@@ -81,9 +82,6 @@ func Prepare(ctx context.Context, o Options) (*Prepared, launcherapi.ExitCode) {
 	if !ok {
 		return nil, code
 	}
-	if doc.Kind == "VirtualMachine" {
-		log.Info("the manifest is a VirtualMachine: its template runs as one VMI, one attempt", "input", input, "vmi", vmi.Namespace+"/"+vmi.Name, "uid", vmi.UID)
-	}
 	if len(doc.Ignored) > 0 {
 		log.Info("ignored cluster-only fields: "+strings.Join(doc.Ignored, ", "), "input", input)
 	}
@@ -100,6 +98,16 @@ func Prepare(ctx context.Context, o Options) (*Prepared, launcherapi.ExitCode) {
 	// (a disk per volume, buses, machine type, ...), so that the manifest
 	// means here what it means in a cluster; faults then name those disks.
 	kvdefaults.Apply(vmi)
+	// What KubeVirt's admission refuses (and names that would leave their
+	// folder or reach QEMU's command line), before anything is made.
+	if err := admission.Admit(admission.Input{VMI: vmi, DataVolumeTemplates: doc.DataVolumeTemplates, FeatureGates: a.FeatureGates}); err != nil {
+		refuse(o.Stderr, input, err)
+		return nil, launcherapi.ExitInvalidManifest
+	}
+	// Only now are the VM's name and UID known to be short words.
+	if doc.Kind == "VirtualMachine" {
+		log.Info("the manifest is a VirtualMachine: its template runs as one VMI, one attempt", "input", input, "vmi", vmi.Namespace+"/"+vmi.Name, "uid", vmi.UID)
+	}
 	plan, err := faults.Parse(vmi.Annotations, a.Faults)
 	if err == nil {
 		err = plan.ValidateDisks(diskNames(vmi))
@@ -375,6 +383,18 @@ func (p *Prepared) Exec(runner string) launcherapi.ExitCode {
 	p.log.Error("handing the launch over to "+filepath.Base(runner), "err", err)
 	p.Abandon()
 	return launcherapi.ExitInternal
+}
+
+// refuse prints admission's refusal, one line per refused field.
+func refuse(stderr io.Writer, input string, err error) {
+	lines := []string{err.Error()}
+	var ae *admission.Error
+	if errors.As(err, &ae) {
+		lines = ae.Lines()
+	}
+	for _, l := range lines {
+		fmt.Fprintf(stderr, "virt-launcher: %s: %s\n", input, l)
+	}
 }
 
 // onlyFlagErrors tells whether every fault error came from --fault flags

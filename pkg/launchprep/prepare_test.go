@@ -45,7 +45,7 @@ func TestDryRunChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stderr bytes.Buffer
-	argv := []string{"--dry-run", "--runtime-dir", "run", "--console-log", "logs/console.log", "--claim-dir", "claims", "--image-dir", "images", "vmi.yaml"}
+	argv := []string{"--dry-run", "--feature-gates", "HostDisk", "--runtime-dir", "run", "--console-log", "logs/console.log", "--claim-dir", "claims", "--image-dir", "images", "vmi.yaml"}
 	args, _, _, ok := launchplan.Begin(argv, launcherapi.DefaultArgs(), &stderr)
 	if !ok {
 		t.Fatalf("flags: %s", stderr.String())

@@ -179,8 +179,10 @@ func launcherManifest(vmi *v1.VirtualMachineInstance) ([]byte, error) {
 
 // launchArgs is our virt-launcher's command line for this container.
 func (c *container) launcherArgs(cfg *Config) launcherapi.Args {
+	// The cluster's admission (KubeVirt's virt-api, with the KubeVirt CR's
+	// gates) already took the VMI: the launcher's gates stand open.
 	a := launcherapi.Args{Manifest: c.dir.Manifest(), EventFormat: launcherapi.FormatJSON, ConsoleLog: c.dir.Console(),
-		SimulateCrash: c.args.SimulateCrash, Extra: cfg.LauncherArgs}
+		SimulateCrash: c.args.SimulateCrash, FeatureGates: launcherapi.FeatureGateNames(), Extra: cfg.LauncherArgs}
 	if c.args.QEMUTimeout > 0 {
 		a.StartTimeout = launcherapi.FixedStartTimeout(c.args.QEMUTimeout)
 	}
