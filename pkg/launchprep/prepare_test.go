@@ -71,3 +71,67 @@ func TestDryRunChangesNothing(t *testing.T) {
 		t.Errorf("domain does not name the console log as %s:\n%s", want, p.Plan.DomainXML)
 	}
 }
+
+// escapingVMI is a VMI whose metadata climbs out of the console log
+// folder when it is pasted into the log's file name.
+const escapingVMI = `apiVersion: kubevirt.io/v1
+kind: VirtualMachineInstance
+metadata:
+  name: NAME
+  namespace: NAMESPACE
+spec:
+  domain:
+    memory:
+      guest: 64Mi
+    devices:
+      disks:
+      - name: host
+  volumes:
+  - name: host
+    hostDisk:
+      path: HOSTDISK
+      type: Disk
+`
+
+// TestLogNamesStayInTheConsoleFolder: the console and libvirt logs named
+// after namespace, name and UID stay in their folder, or the launch is
+// refused as an invalid manifest naming the field (no admission check in
+// front: the converter stage is called directly).
+func TestLogNamesStayInTheConsoleFolder(t *testing.T) {
+	for _, tt := range []struct{ name, namespace, field string }{
+		{"vm", "a/../../../../tmp/escaped", "metadata.namespace"},
+		{"../../../../tmp/escaped", "ns", "metadata.name"},
+		{"..", "ns/x", "metadata.namespace"},
+	} {
+		t.Run(tt.namespace+" "+tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			t.Chdir(dir)
+			disk := filepath.Join(dir, "disk.img")
+			if err := os.WriteFile(disk, make([]byte, 4096), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			doc := strings.NewReplacer("NAMESPACE", tt.namespace, "NAME", tt.name, "HOSTDISK", disk).Replace(escapingVMI)
+			var stderr bytes.Buffer
+			args, _, _, ok := launchplan.Begin([]string{"--dry-run", "--runtime-dir", "run", "vmi.yaml"}, launcherapi.DefaultArgs(), &stderr)
+			if !ok {
+				t.Fatalf("flags: %s", stderr.String())
+			}
+			p, code := Prepare(context.Background(), Options{
+				Request: launchplan.Request{Args: args, Input: "vmi.yaml", Manifest: []byte(doc)},
+				Stderr:  &stderr,
+			})
+			if p != nil {
+				defer p.Abandon()
+				for _, f := range []string{p.Plan.ConsoleLog, p.Plan.LibvirtLog} {
+					if filepath.Dir(f) != launcherapi.DefaultConsoleDir {
+						t.Errorf("log %s is outside %s", f, launcherapi.DefaultConsoleDir)
+					}
+				}
+				t.Fatalf("Prepare accepted %s/%s", tt.namespace, tt.name)
+			}
+			if code != launcherapi.ExitInvalidManifest || !strings.Contains(stderr.String(), tt.field) {
+				t.Fatalf("exit %d, stderr %q: want %d naming %s", code, stderr.String(), launcherapi.ExitInvalidManifest, tt.field)
+			}
+		})
+	}
+}
