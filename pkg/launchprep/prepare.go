@@ -27,6 +27,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/crashloop-harness/crashloop/internal/confine"
 	"github.com/crashloop-harness/crashloop/internal/launchplan"
 	"github.com/crashloop-harness/crashloop/pkg/containerdisk"
 	"github.com/crashloop-harness/crashloop/pkg/converter"
@@ -147,7 +148,7 @@ func (p *Prepared) hooks(ctx context.Context, vmi *v1.VirtualMachineInstance, ob
 	if a.DryRun {
 		err = r.Check(ctx, vmi, objs, p.Plan.Input)
 		p.log.Info("dry run: the hook sidecars were checked, not run: the domain is the one before their hooks")
-	} else if err = os.MkdirAll(r.WorkDir, 0o755); err == nil {
+	} else if err = os.MkdirAll(r.WorkDir, 0o700); err == nil {
 		start := time.Now()
 		if p.Plan.DomainXML, err = r.Apply(ctx, vmi, p.Plan.DomainXML, objs, p.Plan.Input); err == nil {
 			p.log.Info("the hook sidecars rewrote the domain", "took", time.Since(start).Round(time.Millisecond), "kubevirtModeSidecars", a.HookSidecars)
@@ -245,9 +246,10 @@ func (p *Prepared) prepare(ctx context.Context, vmi *v1.VirtualMachineInstance, 
 		}
 		images.UseContainerDisks(cd)
 	}
-	consoleLog := a.ConsoleLog
-	if consoleLog == "" {
-		consoleLog = filepath.Join(launcherapi.DefaultConsoleDir, fmt.Sprintf("%s_%s_%s.console.log", vmi.Namespace, vmi.Name, vmi.UID))
+	consoleLog, err := logNames(a.ConsoleLog, vmi)
+	if err != nil {
+		fmt.Fprintf(stderr, "virt-launcher: %s: %v\n", p.Plan.Input, err)
+		return launcherapi.ExitInvalidManifest, false
 	}
 	p.Plan.ConsoleLog = consoleLog
 	p.Plan.LibvirtLog = strings.TrimSuffix(consoleLog, ".log") + ".libvirt.log"
@@ -255,7 +257,8 @@ func (p *Prepared) prepare(ctx context.Context, vmi *v1.VirtualMachineInstance, 
 		// A dry run changes nothing on the host: its per-VMI folder is a
 		// temporary one, removed on exit, and no log folder is made.
 		a.RuntimeDir = os.TempDir()
-	} else if err := os.MkdirAll(filepath.Dir(consoleLog), 0o755); err != nil {
+	} else if err := os.MkdirAll(filepath.Dir(consoleLog), 0o700); err != nil {
+		// Owner-only: the console log carries what the guest prints.
 		return usage("--console-log", err)
 	}
 	if err := os.MkdirAll(a.RuntimeDir, 0o755); err != nil {
@@ -316,6 +319,26 @@ func (p *Prepared) prepare(ctx context.Context, vmi *v1.VirtualMachineInstance, 
 		p.Plan.DryRunVMI = string(doc)
 	}
 	return 0, true
+}
+
+// logNames is the console log's path: --console-log when given, else
+// NAMESPACE_NAME_UID.console.log in the default folder. The VMI's
+// namespace, name and UID (when set) must each be one path component
+// (confine.Name), whatever checked the VMI before: they also name the
+// libvirt domain and the libvirt log beside the console log.
+func logNames(flag string, vmi *v1.VirtualMachineInstance) (string, error) {
+	for _, f := range []struct{ field, value string }{{"metadata.namespace", vmi.Namespace}, {"metadata.name", vmi.Name}, {"metadata.uid", string(vmi.UID)}} {
+		if f.value == "" && f.field != "metadata.name" {
+			continue
+		}
+		if err := confine.Name(f.value); err != nil {
+			return "", fmt.Errorf("field %s: %w", f.field, err)
+		}
+	}
+	if flag != "" {
+		return flag, nil
+	}
+	return confine.Join(launcherapi.DefaultConsoleDir, fmt.Sprintf("%s_%s_%s.console.log", vmi.Namespace, vmi.Name, vmi.UID))
 }
 
 // absPaths resolves the folder and file flags against the working
