@@ -264,19 +264,8 @@ func (p *Prepared) prepare(ctx context.Context, vmi *v1.VirtualMachineInstance, 
 	if err := os.MkdirAll(a.RuntimeDir, 0o755); err != nil {
 		return usage("--runtime-dir", err)
 	}
-	if a.LibvirtURI == "" {
-		root, err := os.MkdirTemp(a.RuntimeDir, "vmi-")
-		if err != nil {
-			return usage("--runtime-dir", err)
-		}
-		p.Plan.Root = root
-		p.Plan.Scratch = filepath.Join(root, "scratch")
-	} else {
-		dir, err := os.MkdirTemp(a.RuntimeDir, "faults-")
-		if err != nil {
-			return usage("--runtime-dir", err)
-		}
-		p.Plan.Scratch = dir
+	if err := p.perVMIFolder(a.RuntimeDir, a.LibvirtURI == ""); err != nil {
+		return usage("--runtime-dir", err)
 	}
 	if !a.DryRun {
 		// The reaper comes before any file of the domain: whatever happens
@@ -319,6 +308,25 @@ func (p *Prepared) prepare(ctx context.Context, vmi *v1.VirtualMachineInstance, 
 		p.Plan.DryRunVMI = string(doc)
 	}
 	return 0, true
+}
+
+// perVMIFolder makes the launch's own folder in runtimeDir (0700, a new
+// name no manifest chooses): the embedded libvirt's root, its scratch
+// folder beside it, or only a scratch folder for a libvirt of the host.
+func (p *Prepared) perVMIFolder(runtimeDir string, embed bool) error {
+	prefix := "faults-"
+	if embed {
+		prefix = "vmi-"
+	}
+	dir, err := os.MkdirTemp(runtimeDir, prefix)
+	if err != nil {
+		return err
+	}
+	p.Plan.Scratch = dir
+	if embed {
+		p.Plan.Root, p.Plan.Scratch = dir, filepath.Join(dir, "scratch")
+	}
+	return nil
 }
 
 // logNames is the console log's path: --console-log when given, else
