@@ -174,6 +174,7 @@ func schedule(ctx context.Context, p launchplan.RunPlan, d drawn, stdout io.Writ
 	// embedded driver; keep its log beside the console log instead, unless
 	// the user routed it already.
 	if os.Getenv("LIBVIRT_LOG_OUTPUTS") == "" {
+		ownerOnlyLog(p.LibvirtLog, log)
 		os.Setenv("LIBVIRT_LOG_OUTPUTS", "3:file:"+p.LibvirtLog)
 	}
 	if d.sess.Root != "" && !qemu.CapsCached(d.sess.CapsCacheDir) {
@@ -209,12 +210,28 @@ func schedule(ctx context.Context, p launchplan.RunPlan, d drawn, stdout io.Writ
 	return res.ExitCode
 }
 
+// ownerOnlyLog makes the log file at path (libvirt appends to it) exist
+// with mode 0600 before libvirt opens it: it names the VMI's files.
+func ownerOnlyLog(path string, log *slog.Logger) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err == nil {
+		err = f.Chmod(0o600)
+		f.Close()
+	}
+	if err != nil {
+		log.Warn("making the libvirt log owner-only", "path", path, "err", err)
+	}
+}
+
 // watchConsole follows the console log from an empty file, so that a
 // previous run's lines are never taken for this guest's.
 func watchConsole(clk clock.WithTicker, path string, log *slog.Logger) func(context.Context) <-chan ConsoleLine {
 	return func(ctx context.Context) <-chan ConsoleLine {
-		if err := os.WriteFile(path, nil, 0o644); err != nil {
+		// Owner-only: the console carries what the guest prints.
+		if err := os.WriteFile(path, nil, 0o600); err != nil {
 			log.Warn("emptying the console log", "err", err)
+		} else if err := os.Chmod(path, 0o600); err != nil {
+			log.Warn("making the console log owner-only", "err", err)
 		}
 		in := qemu.WatchConsole(ctx, clk, path, 20*time.Millisecond)
 		out := make(chan ConsoleLine)

@@ -199,14 +199,15 @@ func (c *container) launch(ctx context.Context, cfg *Config, rt Runtime, vmi *v1
 	if c.run != nil || c.exited {
 		return nil
 	}
-	if err := os.MkdirAll(string(c.dir), 0o755); err != nil {
+	// Owner-only: the folder holds the VMI and the launcher's log of it.
+	if err := os.MkdirAll(string(c.dir), 0o700); err != nil {
 		return fmt.Errorf("creating launcher folder: %w", err)
 	}
 	data, err := launcherManifest(vmi)
 	if err != nil {
 		return fmt.Errorf("encoding VMI %s: %w", c.vmiKey, err)
 	}
-	if err := os.WriteFile(c.dir.Manifest(), data, 0o644); err != nil {
+	if err := os.WriteFile(c.dir.Manifest(), data, 0o600); err != nil {
 		return fmt.Errorf("writing VMI manifest: %w", err)
 	}
 	out, events, err := c.eventSink(cfg, notify)
