@@ -83,6 +83,31 @@ func Create(dir string, perm fs.FileMode, names ...string) (*os.File, string, er
 	return f, full, nil
 }
 
+// OpenFile opens dir/names... with flag (os.O_CREATE, os.O_TRUNC,
+// os.O_APPEND... as os.OpenFile takes them) through an os.Root of dir, so
+// that neither a name nor a symbolic link planted there leads out of dir,
+// and returns it with its path. With os.O_CREATE the file gets mode perm,
+// whatever the umask and whatever mode it had: it is a file the launcher
+// owns (a log that a program appends to by path afterwards).
+func OpenFile(dir string, flag int, perm fs.FileMode, names ...string) (*os.File, string, error) {
+	root, rel, full, err := open(dir, names)
+	if err != nil {
+		return nil, "", err
+	}
+	defer root.Close()
+	f, err := root.OpenFile(rel, flag, perm)
+	if err != nil {
+		return nil, "", fmt.Errorf("opening %s: %w", full, err)
+	}
+	if flag&os.O_CREATE != 0 {
+		if err := f.Chmod(perm); err != nil {
+			f.Close()
+			return nil, "", fmt.Errorf("opening %s: %w", full, err)
+		}
+	}
+	return f, full, nil
+}
+
 // Reserve creates the empty file dir/names... with mode perm (as Create)
 // for a program that takes a path and writes the file (qemu-img,
 // xorrisofs), and returns the path to hand it.

@@ -257,8 +257,7 @@ func (p *Prepared) prepare(ctx context.Context, vmi *v1.VirtualMachineInstance, 
 		// A dry run changes nothing on the host: its per-VMI folder is a
 		// temporary one, removed on exit, and no log folder is made.
 		a.RuntimeDir = os.TempDir()
-	} else if err := os.MkdirAll(filepath.Dir(consoleLog), 0o700); err != nil {
-		// Owner-only: the console log carries what the guest prints.
+	} else if err := makeLogs(consoleLog, p.Plan.LibvirtLog); err != nil {
 		return usage("--console-log", err)
 	}
 	if err := os.MkdirAll(a.RuntimeDir, 0o755); err != nil {
@@ -347,6 +346,29 @@ func logNames(flag string, vmi *v1.VirtualMachineInstance) (string, error) {
 		return flag, nil
 	}
 	return confine.Join(launcherapi.DefaultConsoleDir, fmt.Sprintf("%s_%s_%s.console.log", vmi.Namespace, vmi.Name, vmi.UID))
+}
+
+// makeLogs makes the console log's folder (0700 when new) and the console
+// and libvirt logs in it, owner-only whatever the umask (they carry what
+// the guest prints and name the VMI's files), through an os.Root of the
+// folder: a symbolic link planted there under a log's name that leads out
+// of it is refused, not followed by QEMU or libvirt, which open the logs
+// by path afterwards. What the logs hold is kept (QEMU appends).
+func makeLogs(logs ...string) error {
+	for _, l := range logs {
+		dir := filepath.Dir(l)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return err
+		}
+		f, _, err := confine.OpenFile(dir, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600, filepath.Base(l))
+		if err != nil {
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // absPaths resolves the folder and file flags against the working
