@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	k8sv1 "k8s.io/api/core/v1"
@@ -341,6 +342,8 @@ func TestContainerDiskWithBackingFileRefused(t *testing.T) {
 // 0600, its folders 0700, whatever the umask.
 func TestConversionFileModes(t *testing.T) {
 	needTools(t, "qemu-img", "xorrisofs")
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
 	images, root := testImages(t)
 	os.WriteFile(filepath.Join(root, "disk/disk.img"), make([]byte, 1<<20), 0o644)
 	gi := resource.MustParse("1Mi")
