@@ -363,6 +363,9 @@ func TestLayersCannotWriteOutsideTheCache(t *testing.T) {
 		layers [][]byte
 	}{
 		{"names climbing out", [][]byte{cdt.Layer(t, cdt.File("../../../../escaped", top), cdt.File("disk/../../../../escaped2", top), cdt.File("/disk/../../escaped3", top), cdt.File("disk/d.img", top))}},
+		// From the extraction folder (CACHE/DIGEST/.extract-N/tree) up to
+		// the test's top: one ".." for disk/, seven more.
+		{"a name climbing to the test's top", [][]byte{cdt.Layer(t, cdt.File("disk/"+strings.Repeat("../", 8)+"escaped4", top), cdt.File("disk/d.img", top))}},
 		{"hard link out of the tree", [][]byte{cdt.Layer(t, cdt.Entry{Name: "disk/d.img", Type: tar.TypeLink, Link: "../../../../victim"})}},
 		{"hard link by absolute path", [][]byte{cdt.Layer(t, cdt.Entry{Name: "disk/d.img", Type: tar.TypeLink, Link: "/etc/hostname"})}},
 		{"symlink folder then a file through it", [][]byte{
