@@ -123,11 +123,12 @@ func startChild(f Flags, seed launcherapi.Seed, podNetwork string, vmi *v1.Virtu
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	// Owner-only: the launcher, our child, is the one reader of the VMI.
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("making the launch folder: %w", err)
 	}
 	ld := launcherapi.Dir(dir)
-	if err := os.WriteFile(ld.Manifest(), data, 0o644); err != nil {
+	if err := os.WriteFile(ld.Manifest(), data, 0o600); err != nil {
 		return nil, fmt.Errorf("writing the VMI for the launcher: %w", err)
 	}
 	cmd := exec.Command(f.Launcher, f.launcherArgs(ld.Manifest(), filepath.Join(dir, launcherapi.ConsoleFile), podNetwork, seed)...)

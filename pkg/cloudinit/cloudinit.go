@@ -20,11 +20,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"time"
 
 	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/crashloop-harness/crashloop/internal/confine"
 )
 
 // Source is a cloud-init data source.
@@ -235,32 +236,44 @@ func (d *Data) Files() map[string][]byte {
 	return files
 }
 
-// WriteISO writes the disk to path with xorrisofs (as KubeVirt runs it,
-// with a 10 s limit), staging the files in a folder next to it that it
-// removes again.
-func (d *Data) WriteISO(ctx context.Context, path string) error {
-	stage, err := os.MkdirTemp(filepath.Dir(path), ".cloudinit-")
+// WriteISO writes the disk as the file name (one path component) of the
+// folder dir with xorrisofs (as KubeVirt runs it, with a 10 s limit),
+// staging the files in a folder next to it that it removes again, and
+// returns its path. The ISO and the staged files are made through an
+// os.Root of dir (internal/confine), owner-only: they carry the VMI's
+// user data.
+func (d *Data) WriteISO(ctx context.Context, dir, name string) (string, error) {
+	path, err := confine.Join(dir, name)
 	if err != nil {
-		return fmt.Errorf("cloud-init staging folder: %w", err)
+		return "", fmt.Errorf("cloud-init ISO: %w", err)
+	}
+	stage, err := os.MkdirTemp(dir, ".cloudinit-")
+	if err != nil {
+		return "", fmt.Errorf("cloud-init staging folder: %w", err)
 	}
 	defer os.RemoveAll(stage)
-	for name, data := range d.Files() {
-		p := filepath.Join(stage, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return fmt.Errorf("cloud-init staging folder: %w", err)
+	for file, data := range d.Files() {
+		names := strings.Split(file, "/")
+		if len(names) > 1 {
+			if _, err := confine.MkdirAll(stage, 0o700, names[:len(names)-1]...); err != nil {
+				return "", fmt.Errorf("cloud-init staging folder: %w", err)
+			}
 		}
-		if err := os.WriteFile(p, data, 0o600); err != nil {
-			return fmt.Errorf("writing cloud-init %s: %w", name, err)
+		if _, err := confine.WriteFile(stage, data, 0o600, names...); err != nil {
+			return "", fmt.Errorf("writing cloud-init %s: %w", file, err)
 		}
+	}
+	if _, err := confine.Reserve(dir, 0o600, name); err != nil {
+		return "", fmt.Errorf("cloud-init ISO: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "xorrisofs", "-output", path, "-volid", d.Source.Label(),
 		"-joliet", "-rock", "-partition_cyl_align", "on", stage)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("building cloud-init ISO %s with xorrisofs (Debian package xorriso): %v: %s", path, err, strings.TrimSpace(string(out)))
+		return "", fmt.Errorf("building cloud-init ISO %s with xorrisofs (Debian package xorriso): %v: %s", path, err, strings.TrimSpace(string(out)))
 	}
-	return nil
+	return path, nil
 }
 
 // volumeLabel reads the volume identifier of an ISO 9660 image from its

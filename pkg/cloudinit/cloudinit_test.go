@@ -76,9 +76,12 @@ func TestISO(t *testing.T) {
 				t.Fatalf("FromVolume: %v", err)
 			}
 			dir := t.TempDir()
-			iso := filepath.Join(dir, "ci.iso")
-			if err := d.WriteISO(context.Background(), iso); err != nil {
+			iso, err := d.WriteISO(context.Background(), dir, "ci.iso")
+			if err != nil {
 				t.Fatalf("WriteISO: %v", err)
+			}
+			if fi, err := os.Stat(iso); err != nil || fi.Mode().Perm() != 0o600 || filepath.Dir(iso) != dir {
+				t.Fatalf("ISO %s: %v, %v; want mode 0600 in %s", iso, fi, err, dir)
 			}
 			if label, err := volumeLabel(iso); err != nil || label != tt.label {
 				t.Fatalf("label = %q, %v; want %q", label, err, tt.label)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -350,4 +351,53 @@ func TestContainersStorage(t *testing.T) {
 		t.Fatalf("absent image: %v, want ErrNotInStorage naming it", err)
 	}
 	t.Log(err)
+}
+
+// TestLayersCannotWriteOutsideTheCache: layer entries whose names climb
+// out ("../"), hard links to files outside the image's tree and links
+// under the requested path write nothing outside the cache folder.
+func TestLayersCannotWriteOutsideTheCache(t *testing.T) {
+	top := []byte("QFI\xfbtop")
+	for _, tc := range []struct {
+		name   string
+		layers [][]byte
+	}{
+		{"names climbing out", [][]byte{cdt.Layer(t, cdt.File("../../../../escaped", top), cdt.File("disk/../../../../escaped2", top), cdt.File("/disk/../../escaped3", top), cdt.File("disk/d.img", top))}},
+		// From the extraction folder (CACHE/DIGEST/.extract-N/tree) up to
+		// the test's top: one ".." for disk/, seven more.
+		{"a name climbing to the test's top", [][]byte{cdt.Layer(t, cdt.File("disk/"+strings.Repeat("../", 8)+"escaped4", top), cdt.File("disk/d.img", top))}},
+		{"hard link out of the tree", [][]byte{cdt.Layer(t, cdt.Entry{Name: "disk/d.img", Type: tar.TypeLink, Link: "../../../../victim"})}},
+		{"hard link by absolute path", [][]byte{cdt.Layer(t, cdt.Entry{Name: "disk/d.img", Type: tar.TypeLink, Link: "/etc/hostname"})}},
+		{"symlink folder then a file through it", [][]byte{
+			cdt.Layer(t, cdt.Entry{Name: "disk", Type: tar.TypeSymlink, Link: "../../../../"}),
+			cdt.Layer(t, cdt.File("disk/escaped", top)),
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			top := t.TempDir()
+			layout := filepath.Join(top, "layout")
+			os.Mkdir(layout, 0o755)
+			cdt.Image{Layers: tc.layers, Gzip: true}.OCILayout(t, layout, "latest")
+			victim := filepath.Join(top, "victim")
+			os.WriteFile(victim, []byte("original"), 0o600)
+			cache := filepath.Join(top, "a", "b", "c", "containerdisks")
+			r := New(Options{CacheDir: cache, StorageRoot: filepath.Join(top, "no-storage")})
+			_, _ = r.File(context.Background(), "oci:"+layout+":latest", "")
+			filepath.WalkDir(top, func(p string, d fs.DirEntry, err error) error {
+				if err != nil || p == cache || p == layout {
+					if p == cache || p == layout {
+						return filepath.SkipDir
+					}
+					return err
+				}
+				if !d.IsDir() && p != victim {
+					t.Errorf("a file appeared outside the cache: %s", p)
+				}
+				return nil
+			})
+			if b, _ := os.ReadFile(victim); string(b) != "original" {
+				t.Errorf("the file outside the cache was changed: %q", b)
+			}
+		})
+	}
 }

@@ -28,9 +28,12 @@ const (
 // tree is the part of an image's file system being rebuilt from its
 // layers: the subtree want (slash-separated, relative to the root) under
 // the folder dir. It remembers which layer wrote each entry, so that a
-// layer's whiteouts remove only what the layers below it wrote.
+// layer's whiteouts remove only what the layers below it wrote. Every
+// entry is written, linked and removed through root, an os.Root of dir:
+// besides the cleaning of each entry's name, nothing a layer holds (a
+// name, a hard link's target) can reach a file outside dir.
 type tree struct {
-	dir     string
+	root    *os.Root
 	want    string
 	entries map[string]int // relative path (under want) -> layer index
 }
@@ -38,10 +41,15 @@ type tree struct {
 // extract applies the layers in order, keeping only the subtree want,
 // and verifies every layer's digest. It returns the bytes written.
 func extract(ctx context.Context, src types.ImageSource, layers []types.BlobInfo, want, dir string) (int64, error) {
-	t := &tree{dir: dir, want: want, entries: map[string]int{}}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, err
 	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return 0, err
+	}
+	defer root.Close()
+	t := &tree{root: root, want: want, entries: map[string]int{}}
 	var written int64
 	for i, layer := range layers {
 		if err := ctx.Err(); err != nil {
@@ -148,21 +156,21 @@ func (t *tree) applyTar(tr *tar.Reader, index int) (int64, error) {
 
 // add writes one entry inside the subtree.
 func (t *tree) add(tr *tar.Reader, hdr *tar.Header, name string, index int) (int64, error) {
-	dst := filepath.Join(t.dir, filepath.FromSlash(name))
+	dst := filepath.FromSlash(name)
 	switch hdr.Typeflag {
 	case tar.TypeDir:
 		// A folder replacing a file of a lower layer.
-		if fi, err := os.Lstat(dst); err == nil && !fi.IsDir() {
+		if fi, err := t.root.Lstat(dst); err == nil && !fi.IsDir() {
 			t.remove(name, index, false)
 		}
 		t.record(name, index)
-		return 0, os.MkdirAll(dst, 0o755)
+		return 0, t.root.MkdirAll(dst, 0o755)
 	case tar.TypeReg:
 		t.remove(name, index, false)
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		if err := t.root.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			return 0, err
 		}
-		n, err := writeSparse(dst, tr, hdr.Size)
+		n, err := writeSparse(t.root, dst, tr, hdr.Size)
 		if err != nil {
 			return n, fmt.Errorf("extracting /%s: %w", name, err)
 		}
@@ -174,10 +182,10 @@ func (t *tree) add(tr *tar.Reader, hdr *tar.Header, name string, index int) (int
 			return 0, fmt.Errorf("/%s is a hard link to /%s, outside /%s: not supported", name, target, t.want)
 		}
 		t.remove(name, index, false)
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		if err := t.root.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			return 0, err
 		}
-		if err := os.Link(filepath.Join(t.dir, filepath.FromSlash(target)), dst); err != nil {
+		if err := t.root.Link(filepath.FromSlash(target), dst); err != nil {
 			return 0, fmt.Errorf("/%s: hard link to /%s: %w", name, target, err)
 		}
 		t.record(name, index)
@@ -200,7 +208,7 @@ func (t *tree) remove(name string, index int, opaque bool) {
 	for p, layer := range t.entries {
 		inside := name == "" || strings.HasPrefix(p, name+"/")
 		if (opaque && inside && layer < index) || (!opaque && (inside || p == name)) {
-			os.RemoveAll(filepath.Join(t.dir, filepath.FromSlash(p)))
+			_ = t.root.RemoveAll(filepath.FromSlash(p))
 			delete(t.entries, p)
 		}
 	}
@@ -241,11 +249,11 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // sparseBlock is the granularity at which runs of zeros become holes.
 const sparseBlock = 64 << 10
 
-// writeSparse copies size bytes from r into a new file at dst, leaving
-// holes where whole blocks are zero (raw disk images are mostly zeros),
-// and makes the file read-only: it is shared by every launch.
-func writeSparse(dst string, r io.Reader, size int64) (int64, error) {
-	f, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+// writeSparse copies size bytes from r into a new file dst of root,
+// leaving holes where whole blocks are zero (raw disk images are mostly
+// zeros), and makes the file read-only: it is shared by every launch.
+func writeSparse(root *os.Root, dst string, r io.Reader, size int64) (int64, error) {
+	f, err := root.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if err != nil {
 		return 0, err
 	}

@@ -216,6 +216,11 @@ func (c *Controller) listen() (net.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
+	// Only the controller's user drives it, whatever the umask.
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
 	return ln, nil
 }
 

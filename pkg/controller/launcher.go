@@ -131,17 +131,19 @@ var createSlots = make(chan struct{}, max(2, runtime.GOMAXPROCS(0)))
 func createLauncherFiles(dir launcherapi.Dir, vmi []byte) (stdout, stderr *os.File, err error) {
 	createSlots <- struct{}{}
 	defer func() { <-createSlots }()
-	if err := os.MkdirAll(string(dir), 0o755); err != nil {
+	// Owner-only: the folder holds the VMI (cloud-init user data
+	// included) and what the launcher logs of it.
+	if err := os.MkdirAll(string(dir), 0o700); err != nil {
 		return nil, nil, fmt.Errorf("launcher folder: %w", err)
 	}
-	if err := os.WriteFile(dir.Manifest(), vmi, 0o644); err != nil {
+	if err := os.WriteFile(dir.Manifest(), vmi, 0o600); err != nil {
 		return nil, nil, fmt.Errorf("writing VMI manifest: %w", err)
 	}
-	stdout, err = os.OpenFile(dir.Events(), os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o644)
+	stdout, err = os.OpenFile(dir.Events(), os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, nil, fmt.Errorf("launcher events file: %w", err)
 	}
-	stderr, err = os.OpenFile(dir.Log(), os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o644)
+	stderr, err = os.OpenFile(dir.Log(), os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600)
 	if err != nil {
 		stdout.Close()
 		return nil, nil, fmt.Errorf("launcher log file: %w", err)

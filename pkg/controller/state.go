@@ -89,7 +89,8 @@ func OpenStore(dir string, fsync bool) (*Store, error) {
 	}
 	for _, sub := range []string{"", "vms", "launchers"} {
 		p := filepath.Join(dir, sub)
-		if err := os.MkdirAll(p, 0o755); err != nil {
+		// Owner-only: the records hold the VMs' specs.
+		if err := os.MkdirAll(p, 0o700); err != nil {
 			return nil, fmt.Errorf("state folder %s: %w", dir, err)
 		}
 	}
@@ -223,7 +224,7 @@ func (s *Store) writeAtomic(path string, data []byte) error {
 	mu := &s.locks[fnv32(path)%uint32(len(s.locks))]
 	mu.Lock()
 	defer mu.Unlock()
-	f, err := os.OpenFile(swap, os.O_WRONLY|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(swap, os.O_WRONLY|os.O_CREATE, 0o600)
 	if err != nil {
 		return fmt.Errorf("saving %s: %w", path, err)
 	}
@@ -291,7 +292,7 @@ func (s *Store) List() ([]Key, error) {
 // message naming the holder when another controller has it. The returned
 // function releases it.
 func (s *Store) Lock() (func(), error) {
-	f, err := os.OpenFile(s.lockPath(), os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(s.lockPath(), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("state folder %s: %w", s.dir, err)
 	}

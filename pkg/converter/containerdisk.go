@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 
+	v1 "kubevirt.io/api/core/v1"
+
 	"github.com/crashloop-harness/crashloop/pkg/containerdisk"
 )
 
@@ -54,4 +56,25 @@ func (s *ImageStore) fromImage(ref, inImage string, disk bool) (path string, han
 		return "", true, err
 	}
 	return res.Path, true, nil
+}
+
+// containerDiskSource is a containerDisk volume's image, ephemeral, with
+// the format its verified image says: virt-handler's bind mount of it
+// when there is one, else the image store's copy.
+func containerDiskSource(vmi *v1.VirtualMachineInstance, v *v1.Volume, field string, opts *DomainOptions) (source, error) {
+	p, ok := kubeVirtDiskFile(opts, containerDiskTarget(vmi, v.Name))
+	if !ok {
+		if opts.Images == nil {
+			return source{}, &SpecError{Field: field + ".containerDisk.image", Msg: "no image folder to resolve it (pass --image-dir)" + notMounted(opts, containerDiskTarget(vmi, v.Name))}
+		}
+		var err error
+		if p, err = opts.Images.Disk(v.ContainerDisk.Image, v.ContainerDisk.Path); err != nil {
+			return source{}, &SpecError{Field: field + ".containerDisk", Msg: err.Error()}
+		}
+	}
+	format, err := ContainerDiskFormat(p)
+	if err != nil {
+		return source{}, &SpecError{Field: field + ".containerDisk", Msg: err.Error()}
+	}
+	return source{path: p, format: format, ephemeral: true}, nil
 }

@@ -2,15 +2,18 @@ package converter
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 
 	k8sv1 "k8s.io/api/core/v1"
 	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/crashloop-harness/crashloop/internal/confine"
 )
 
 // importDataVolume materialises a VM's dataVolumeTemplate in the claim
@@ -24,12 +27,15 @@ func importDataVolume(ctx context.Context, dvt *v1.DataVolumeTemplateSpec, field
 	if opts.ClaimDir == "" {
 		return &SpecError{Field: field, Msg: fmt.Sprintf("data volume %q needs a claim folder to be imported into (pass --claim-dir DIR; it becomes DIR/%s/disk.img)", name, name)}
 	}
-	if strings.Contains(name, "/") || name == "" || name == "." || name == ".." {
-		return &SpecError{Field: field + ".metadata.name", Msg: fmt.Sprintf("%q is not a claim name", name)}
+	if err := confine.Name(name); err != nil {
+		return &SpecError{Field: field + ".metadata.name", Msg: "claim name " + err.Error()}
 	}
-	dst := filepath.Join(opts.ClaimDir, name, "disk.img")
-	if _, err := os.Stat(dst); err == nil {
+	// Looked up through an os.Root of the claim folder: a claim folder
+	// that is a link out of it is refused, not imported into.
+	if _, _, err := confine.Stat(opts.ClaimDir, name, "disk.img"); err == nil {
 		return nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return &SpecError{Field: field, Msg: fmt.Sprintf("claim %q: %v", name, err)}
 	}
 	size, err := dataVolumeSize(dvt, field)
 	if err != nil {
@@ -54,23 +60,41 @@ func importDataVolume(ctx context.Context, dvt *v1.DataVolumeTemplateSpec, field
 	if opts.DryRun {
 		return nil
 	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+	if err := os.MkdirAll(opts.ClaimDir, 0o700); err != nil {
 		return &SpecError{Field: field, Msg: fmt.Sprintf("creating the claim folder: %v", err)}
 	}
-	if err := writeImport(ctx, from, dst, size); err != nil {
-		os.Remove(dst)
+	if _, err := confine.MkdirAll(opts.ClaimDir, 0o700, name); err != nil {
+		return &SpecError{Field: field, Msg: fmt.Sprintf("creating the claim folder: %v", err)}
+	}
+	if err := writeImport(ctx, from, opts.ClaimDir, name, size); err != nil {
+		_ = confine.Remove(opts.ClaimDir, name, "disk.img")
 		return &SpecError{Field: field, Msg: err.Error()}
 	}
 	return nil
 }
 
-// writeImport writes dst: from converted to raw and grown to size, or a
-// sparse raw file of size when from is empty.
-func writeImport(ctx context.Context, from, dst string, size int64) error {
-	if from == "" {
-		return createSparse(dst, size, false)
+// writeImport writes the claim name's disk.img in claims (created
+// owner-only through an os.Root of claims first): from converted to raw
+// (from's own format is the image store's, read-only image) and grown to
+// size, or a sparse raw file of size when from is empty.
+func writeImport(ctx context.Context, from, claims, name string, size int64) error {
+	f, dst, err := confine.Create(claims, 0o600, name, "disk.img")
+	if err != nil {
+		return fmt.Errorf("creating the claim's disk image: %w", err)
 	}
-	if out, err := exec.CommandContext(ctx, "qemu-img", "convert", "-O", "raw", from, dst).CombinedOutput(); err != nil {
+	if from == "" {
+		if err := f.Truncate(size); err != nil {
+			f.Close()
+			return fmt.Errorf("sizing disk %s: %w", dst, err)
+		}
+		return f.Close()
+	}
+	f.Close()
+	format, err := ContainerDiskFormat(from)
+	if err != nil {
+		return err
+	}
+	if out, err := exec.CommandContext(ctx, "qemu-img", "convert", "-f", format, "-O", "raw", from, dst).CombinedOutput(); err != nil {
 		return fmt.Errorf("importing %s with qemu-img: %v: %s", from, err, strings.TrimSpace(string(out)))
 	}
 	fi, err := os.Stat(dst)

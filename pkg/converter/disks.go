@@ -13,6 +13,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 	"libvirt.org/go/libvirtxml"
 
+	"github.com/crashloop-harness/crashloop/internal/confine"
 	"github.com/crashloop-harness/crashloop/pkg/admission"
 	"github.com/crashloop-harness/crashloop/pkg/cloudinit"
 	"github.com/crashloop-harness/crashloop/pkg/overlay"
@@ -143,16 +144,17 @@ type diskFile struct {
 // ephemeral volume gets a throw-away overlay when writable (and a scratch
 // folder exists), or is made read-only.
 func diskFileOf(ctx context.Context, vmi *v1.VirtualMachineInstance, d v1.Disk, v *v1.Volume, field, volumeField string, readonly bool, opts *DomainOptions) (diskFile, error) {
+	// A volume's name names its files in the per-VMI folder (overlay,
+	// empty disk, cloud-init ISO): one path component, whatever checked
+	// the VMI before.
+	if err := confine.Name(v.Name); err != nil {
+		return diskFile{}, &SpecError{Field: volumeField + ".name", Msg: err.Error()}
+	}
 	src, err := diskSource(ctx, vmi, v, volumeField, opts)
 	if err != nil {
 		return diskFile{}, err
 	}
 	path, format := src.path, src.format
-	if format == "" {
-		if format, err = imageFormat(path); err != nil {
-			return diskFile{}, &SpecError{Field: field, Msg: err.Error()}
-		}
-	}
 	readonly = readonly || src.readonly
 	var backing *libvirtxml.DomainDiskBackingStore
 	if src.ephemeral && opts.ScratchDir != "" && !readonly {
@@ -204,7 +206,10 @@ func newDisk(vmi *v1.VirtualMachineInstance, d v1.Disk, kind diskKind, file disk
 // source is where a volume's disk comes from.
 type source struct {
 	path string
-	// format is "" when imageFormat should tell.
+	// format is the image's, said explicitly as KubeVirt says it: raw for
+	// the disks a guest writes (claims, dataVolumes, hostDisks), whose
+	// first bytes are never trusted; qcow2 for the images the launcher
+	// makes; a containerDisk's as its verified image says.
 	format string
 	// ephemeral: writes go to a throw-away overlay.
 	ephemeral bool
@@ -227,32 +232,19 @@ func diskSource(ctx context.Context, vmi *v1.VirtualMachineInstance, v *v1.Volum
 			if !filepath.IsAbs(hd.Path) {
 				return source{}, &SpecError{Field: field + ".hostDisk.path", Msg: fmt.Sprintf("%s is not an absolute path", admission.Quote(hd.Path))}
 			}
-			_, statErr := os.Stat(hd.Path)
 			if err := createSparse(hd.Path, hd.Capacity.Value(), opts.DryRun); err != nil {
 				return source{}, &SpecError{Field: field + ".hostDisk", Msg: err.Error()}
-			}
-			if statErr != nil {
-				return source{path: hd.Path, format: "raw"}, nil // created (or, in a dry run, to be) sparse and raw
 			}
 		default:
 			return source{}, &SpecError{Field: field + ".hostDisk.type", Msg: fmt.Sprintf("%s is not allowed (allowed: Disk, DiskOrCreate)", admission.Quote(string(hd.Type)))}
 		}
-		return source{path: hd.Path}, nil
+		// KubeVirt attaches a host disk as raw: the guest writes it.
+		return source{path: hd.Path, format: "raw"}, nil
 	case v.ContainerDisk != nil:
-		if p, ok := kubeVirtDiskFile(opts, containerDiskTarget(vmi, v.Name)); ok {
-			return source{path: p, ephemeral: true}, nil
-		}
-		if opts.Images == nil {
-			return source{}, &SpecError{Field: field + ".containerDisk.image", Msg: "no image folder to resolve it (pass --image-dir)" + notMounted(opts, containerDiskTarget(vmi, v.Name))}
-		}
-		p, err := opts.Images.Disk(v.ContainerDisk.Image, v.ContainerDisk.Path)
-		if err != nil {
-			return source{}, &SpecError{Field: field + ".containerDisk", Msg: err.Error()}
-		}
-		return source{path: p, ephemeral: true}, nil
+		return containerDiskSource(vmi, v, field, opts)
 	case v.PersistentVolumeClaim != nil:
 		p, err := claimFile(opts.ClaimDir, v.PersistentVolumeClaim.ClaimName, field+".persistentVolumeClaim.claimName")
-		return source{path: p, readonly: v.PersistentVolumeClaim.ReadOnly}, err
+		return source{path: p, format: "raw", readonly: v.PersistentVolumeClaim.ReadOnly}, err
 	case v.DataVolume != nil:
 		for i := range opts.DataVolumeTemplates {
 			if dvt := &opts.DataVolumeTemplates[i]; dvt.Name == v.DataVolume.Name {
@@ -265,13 +257,13 @@ func diskSource(ctx context.Context, vmi *v1.VirtualMachineInstance, v *v1.Volum
 			}
 		}
 		p, err := claimFile(opts.ClaimDir, v.DataVolume.Name, field+".dataVolume.name")
-		return source{path: p}, err
+		return source{path: p, format: "raw"}, err
 	case v.Ephemeral != nil:
 		if v.Ephemeral.PersistentVolumeClaim == nil {
 			return source{}, &SpecError{Field: field + ".ephemeral.persistentVolumeClaim", Msg: "must be set"}
 		}
 		p, err := claimFile(opts.ClaimDir, v.Ephemeral.PersistentVolumeClaim.ClaimName, field+".ephemeral.persistentVolumeClaim.claimName")
-		return source{path: p, ephemeral: true}, err
+		return source{path: p, format: "raw", ephemeral: true}, err
 	case v.EmptyDisk != nil:
 		size := v.EmptyDisk.Capacity.Value()
 		if size <= 0 {
@@ -300,8 +292,8 @@ func diskSource(ctx context.Context, vmi *v1.VirtualMachineInstance, v *v1.Volum
 		if err := os.MkdirAll(opts.ScratchDir, 0o700); err != nil {
 			return source{}, &SpecError{Field: field, Msg: err.Error()}
 		}
-		p := filepath.Join(opts.ScratchDir, "cloudinit-"+v.Name+".iso")
-		if err := data.WriteISO(ctx, p); err != nil {
+		p, err := data.WriteISO(ctx, opts.ScratchDir, "cloudinit-"+v.Name+".iso")
+		if err != nil {
 			return source{}, &SpecError{Field: field, Msg: err.Error()}
 		}
 		// KubeVirt attaches the cloud-init ISO writable (the guest may
@@ -312,7 +304,9 @@ func diskSource(ctx context.Context, vmi *v1.VirtualMachineInstance, v *v1.Volum
 	return source{}, &SpecError{Field: field, Msg: "unsupported volume source (supported: hostDisk, containerDisk, persistentVolumeClaim, dataVolume, ephemeral, emptyDisk, cloudInitNoCloud, cloudInitConfigDrive)"}
 }
 
-// claimFile is a claim's disk image in KubeVirt's file-system PVC layout.
+// claimFile is a claim's disk image in KubeVirt's file-system PVC layout,
+// found through an os.Root of the claim folder: a claim folder or image
+// that is a symbolic link out of it is refused.
 func claimFile(dir, name, field string) (string, error) {
 	if name == "" {
 		return "", &SpecError{Field: field, Msg: "must be set"}
@@ -320,22 +314,27 @@ func claimFile(dir, name, field string) (string, error) {
 	if dir == "" {
 		return "", &SpecError{Field: field, Msg: fmt.Sprintf("claim %q needs a claim folder (pass --claim-dir DIR; the claim is DIR/%s/disk.img)", name, name)}
 	}
-	if strings.Contains(name, "/") || name == "." || name == ".." {
-		return "", &SpecError{Field: field, Msg: fmt.Sprintf("%q is not a claim name", name)}
+	if err := confine.Name(name); err != nil {
+		return "", &SpecError{Field: field, Msg: "claim name " + err.Error()}
 	}
-	p := filepath.Join(dir, name, "disk.img")
-	if _, err := os.Stat(p); err != nil {
-		return "", &SpecError{Field: field, Msg: fmt.Sprintf("claim %q has no disk image: %v", name, err)}
+	p, _, err := confine.Stat(dir, name, "disk.img")
+	if err != nil {
+		return "", &SpecError{Field: field, Msg: fmt.Sprintf("claim %q has no disk image %s: %v", name, p, err)}
 	}
 	return p, nil
 }
 
-// createEmptyDisk makes a sparse qcow2 of size bytes with qemu-img.
+// createEmptyDisk makes a sparse qcow2 of size bytes with qemu-img, as
+// emptydisk-NAME.qcow2 of dir, created owner-only through an os.Root of
+// dir first.
 func createEmptyDisk(ctx context.Context, dir, name string, size int64) (string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("creating empty-disk folder: %w", err)
 	}
-	p := filepath.Join(dir, "emptydisk-"+name+".qcow2")
+	p, err := confine.Reserve(dir, 0o600, "emptydisk-"+name+".qcow2")
+	if err != nil {
+		return "", fmt.Errorf("creating empty disk: %w", err)
+	}
 	out, err := exec.CommandContext(ctx, "qemu-img", "create", "-q", "-f", "qcow2", p, strconv.FormatInt(size, 10)).CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("creating empty disk %s with qemu-img: %v: %s", p, err, strings.TrimSpace(string(out)))
@@ -370,20 +369,6 @@ func createSparse(path string, size int64, dryRun bool) error {
 	return f.Close()
 }
 
-// imageFormat tells qcow2 from raw by the qcow2 magic.
-func imageFormat(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", fmt.Errorf("opening disk image: %w", err)
-	}
-	defer f.Close()
-	magic := make([]byte, 4)
-	if n, _ := f.Read(magic); n == 4 && string(magic) == "QFI\xfb" {
-		return "qcow2", nil
-	}
-	return "raw", nil
-}
-
 // createOverlay makes a qcow2 overlay of image in dir with qemu-img; with
 // pending set it only starts qemu-img and adds it there (field names the
 // disk in its error).
@@ -391,11 +376,11 @@ func createOverlay(image, format, dir, name, field string, pending *[]overlay.Pe
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("creating overlay folder: %w", err)
 	}
-	path := filepath.Join(dir, "overlay-"+name+".qcow2")
+	file := "overlay-" + name + ".qcow2"
 	if pending == nil {
-		return path, overlay.Create(image, format, path)
+		return overlay.Create(image, format, dir, file)
 	}
-	p, err := overlay.Start(image, format, path, path+".qemu-img.log")
+	p, path, err := overlay.Start(image, format, dir, file)
 	if err != nil {
 		return "", err
 	}

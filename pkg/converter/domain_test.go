@@ -128,12 +128,12 @@ func TestBuildDomain(t *testing.T) {
 			d.OS.Type.Machine = "q35"
 			d.Features.ACPI = nil
 		})},
-		{"host disk (qcow2) on sata, read-only, with serial", AccelTCG, func(vmi *v1.VirtualMachineInstance) {
+		{"host disk holding a qcow2 header is raw (as KubeVirt) on sata, read-only, with serial", AccelTCG, func(vmi *v1.VirtualMachineInstance) {
 			vmi.Spec.Domain.Devices.Disks = []v1.Disk{{Name: "d1", Serial: "S1", DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{Bus: v1.DiskBusSATA, ReadOnly: true}}}}
 			vmi.Spec.Volumes = []v1.Volume{{Name: "d1", VolumeSource: v1.VolumeSource{HostDisk: &v1.HostDisk{Path: hostDisk, Type: v1.HostDiskExists}}}}
 		}, want(func(d *libvirtxml.Domain) {
 			d.Devices.Disks = []libvirtxml.DomainDisk{{Device: "disk", Alias: &libvirtxml.DomainAlias{Name: "ua-d1"},
-				Driver: &libvirtxml.DomainDiskDriver{Name: "qemu", Type: "qcow2"}, Source: &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: hostDisk}},
+				Driver: &libvirtxml.DomainDiskDriver{Name: "qemu", Type: "raw"}, Source: &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: hostDisk}},
 				Target: &libvirtxml.DomainDiskTarget{Dev: "sda", Bus: "sata"}, Serial: "S1", ReadOnly: &libvirtxml.DomainDiskReadOnly{}}}
 			d.Devices.Disks[0].Driver.Discard = "unmap"
 		})},

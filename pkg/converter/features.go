@@ -9,6 +9,8 @@ import (
 
 	v1 "kubevirt.io/api/core/v1"
 	"libvirt.org/go/libvirtxml"
+
+	"github.com/crashloop-harness/crashloop/internal/confine"
 )
 
 // OVMF names the UEFI firmware files: code and variable-store template,
@@ -99,8 +101,13 @@ func setFirmware(dom *libvirtxml.Domain, vmi *v1.VirtualMachineInstance, opts *D
 	if opts.ScratchDir == "" {
 		return &SpecError{Field: field, Msg: "EFI needs a per-VMI folder for its variable store (no scratch folder given)"}
 	}
-	nvram := filepath.Join(opts.ScratchDir, vmi.Name+"_VARS.fd")
-	if err := copyFile(vars, nvram); err != nil {
+	// The variable store is named after the VMI, inside the per-VMI
+	// folder: the name must be one path component.
+	if err := confine.Name(vmi.Name); err != nil {
+		return &SpecError{Field: "metadata.name", Msg: err.Error()}
+	}
+	nvram, err := copyVars(vars, opts.ScratchDir, vmi.Name+"_VARS.fd")
+	if err != nil {
 		return &SpecError{Field: field, Msg: err.Error()}
 	}
 	dom.OS.Loader = &libvirtxml.DomainLoader{Path: code, Readonly: "yes", Secure: yesNo(secure), Type: "pflash"}
@@ -115,18 +122,21 @@ func yesNo(b bool) string {
 	return "no"
 }
 
-func copyFile(from, to string) error {
+// copyVars copies the variable store template from as the file name of
+// dir, owner-only, through an os.Root of dir, and returns its path.
+func copyVars(from, dir, name string) (string, error) {
 	data, err := os.ReadFile(from)
 	if err != nil {
-		return fmt.Errorf("copying the UEFI variable store: %w", err)
+		return "", fmt.Errorf("copying the UEFI variable store: %w", err)
 	}
-	if err := os.MkdirAll(filepath.Dir(to), 0o700); err != nil {
-		return fmt.Errorf("copying the UEFI variable store: %w", err)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("copying the UEFI variable store: %w", err)
 	}
-	if err := os.WriteFile(to, data, 0o600); err != nil {
-		return fmt.Errorf("copying the UEFI variable store: %w", err)
+	p, err := confine.WriteFile(dir, data, 0o600, name)
+	if err != nil {
+		return "", fmt.Errorf("copying the UEFI variable store: %w", err)
 	}
-	return nil
+	return p, nil
 }
 
 // setFeatures sets ACPI, APIC, SMM and the Hyper-V enlightenments. Under

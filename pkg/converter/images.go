@@ -1,8 +1,10 @@
 package converter
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -110,4 +112,36 @@ func (s *ImageStore) Disk(ref, path string) (string, error) {
 		return "", fmt.Errorf("image %q has %d files under /disk, want exactly one (or set containerDisk.path)", ref, len(files))
 	}
 	return filepath.Join(root, "disk", files[0]), nil
+}
+
+// ContainerDiskFormat is the format of a containerDisk's image, as the
+// image store (or virt-handler's mount of it) holds it: qcow2 or raw,
+// checked as KubeVirt's virt-handler checks it (VerifyImage) before its
+// launcher names the format as the overlay's backing format. A qcow2
+// image that names a backing file or an external data file is refused:
+// QEMU would open that file too. Only read-only images are read so; the
+// disks a guest writes are never probed (their format is raw).
+func ContainerDiskFormat(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("opening the containerDisk image: %w", err)
+	}
+	defer f.Close()
+	h := make([]byte, 80)
+	n, err := io.ReadFull(f, h)
+	if n < 4 || string(h[:4]) != "QFI\xfb" {
+		return "raw", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("containerDisk image %s: a qcow2 image with a short header: %w", path, err)
+	}
+	if binary.BigEndian.Uint64(h[8:16]) != 0 {
+		return "", fmt.Errorf("containerDisk image %s is a qcow2 image with a backing file: refused, as KubeVirt refuses it", path)
+	}
+	// Version 3 headers have incompatible feature bits; bit 2 is an
+	// external data file.
+	if binary.BigEndian.Uint32(h[4:8]) >= 3 && binary.BigEndian.Uint64(h[72:80])&(1<<2) != 0 {
+		return "", fmt.Errorf("containerDisk image %s is a qcow2 image with an external data file: refused", path)
+	}
+	return "qcow2", nil
 }

@@ -6,11 +6,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	"k8s.io/utils/clock"
 	"libvirt.org/go/libvirtxml"
 
+	"github.com/crashloop-harness/crashloop/internal/confine"
 	"github.com/crashloop-harness/crashloop/internal/launchplan"
 	"github.com/crashloop-harness/crashloop/pkg/faults"
 	"github.com/crashloop-harness/crashloop/pkg/hypervisor"
@@ -174,6 +176,7 @@ func schedule(ctx context.Context, p launchplan.RunPlan, d drawn, stdout io.Writ
 	// embedded driver; keep its log beside the console log instead, unless
 	// the user routed it already.
 	if os.Getenv("LIBVIRT_LOG_OUTPUTS") == "" {
+		ownerOnlyLog(p.LibvirtLog, log)
 		os.Setenv("LIBVIRT_LOG_OUTPUTS", "3:file:"+p.LibvirtLog)
 	}
 	if d.sess.Root != "" && !qemu.CapsCached(d.sess.CapsCacheDir) {
@@ -209,11 +212,37 @@ func schedule(ctx context.Context, p launchplan.RunPlan, d drawn, stdout io.Writ
 	return res.ExitCode
 }
 
+// ownerOnlyLog makes the log file at path (libvirt appends to it) exist
+// with mode 0600 before libvirt opens it: it names the VMI's files. It is
+// opened through an os.Root of its folder (internal/confine): a symbolic
+// link planted under its name that leads out of the folder is refused.
+func ownerOnlyLog(path string, log *slog.Logger) {
+	f, _, err := confine.OpenFile(filepath.Dir(path), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600, filepath.Base(path))
+	if err == nil {
+		err = f.Close()
+	}
+	if err != nil {
+		log.Warn("making the libvirt log owner-only", "path", path, "err", err)
+	}
+}
+
+// emptyConsole empties the console log at path, owner-only (the console
+// carries what the guest prints), through an os.Root of its folder: a
+// symbolic link planted under its name that leads out of the folder is
+// refused, not emptied.
+func emptyConsole(path string) error {
+	f, _, err := confine.OpenFile(filepath.Dir(path), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600, filepath.Base(path))
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
 // watchConsole follows the console log from an empty file, so that a
 // previous run's lines are never taken for this guest's.
 func watchConsole(clk clock.WithTicker, path string, log *slog.Logger) func(context.Context) <-chan ConsoleLine {
 	return func(ctx context.Context) <-chan ConsoleLine {
-		if err := os.WriteFile(path, nil, 0o644); err != nil {
+		if err := emptyConsole(path); err != nil {
 			log.Warn("emptying the console log", "err", err)
 		}
 		in := qemu.WatchConsole(ctx, clk, path, 20*time.Millisecond)

@@ -27,6 +27,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/crashloop-harness/crashloop/internal/confine"
 	"github.com/crashloop-harness/crashloop/internal/launchplan"
 	"github.com/crashloop-harness/crashloop/pkg/admission"
 	"github.com/crashloop-harness/crashloop/pkg/containerdisk"
@@ -155,7 +156,7 @@ func (p *Prepared) hooks(ctx context.Context, vmi *v1.VirtualMachineInstance, ob
 	if a.DryRun {
 		err = r.Check(ctx, vmi, objs, p.Plan.Input)
 		p.log.Info("dry run: the hook sidecars were checked, not run: the domain is the one before their hooks")
-	} else if err = os.MkdirAll(r.WorkDir, 0o755); err == nil {
+	} else if err = os.MkdirAll(r.WorkDir, 0o700); err == nil {
 		start := time.Now()
 		if p.Plan.DomainXML, err = r.Apply(ctx, vmi, p.Plan.DomainXML, objs, p.Plan.Input); err == nil {
 			p.log.Info("the hook sidecars rewrote the domain", "took", time.Since(start).Round(time.Millisecond), "kubevirtModeSidecars", a.HookSidecars)
@@ -253,9 +254,10 @@ func (p *Prepared) prepare(ctx context.Context, vmi *v1.VirtualMachineInstance, 
 		}
 		images.UseContainerDisks(cd)
 	}
-	consoleLog := a.ConsoleLog
-	if consoleLog == "" {
-		consoleLog = filepath.Join(launcherapi.DefaultConsoleDir, fmt.Sprintf("%s_%s_%s.console.log", vmi.Namespace, vmi.Name, vmi.UID))
+	consoleLog, err := logNames(a.ConsoleLog, vmi)
+	if err != nil {
+		fmt.Fprintf(stderr, "virt-launcher: %s: %v\n", p.Plan.Input, err)
+		return launcherapi.ExitInvalidManifest, false
 	}
 	p.Plan.ConsoleLog = consoleLog
 	p.Plan.LibvirtLog = strings.TrimSuffix(consoleLog, ".log") + ".libvirt.log"
@@ -263,25 +265,14 @@ func (p *Prepared) prepare(ctx context.Context, vmi *v1.VirtualMachineInstance, 
 		// A dry run changes nothing on the host: its per-VMI folder is a
 		// temporary one, removed on exit, and no log folder is made.
 		a.RuntimeDir = os.TempDir()
-	} else if err := os.MkdirAll(filepath.Dir(consoleLog), 0o755); err != nil {
+	} else if err := makeLogs(consoleLog, p.Plan.LibvirtLog); err != nil {
 		return usage("--console-log", err)
 	}
 	if err := os.MkdirAll(a.RuntimeDir, 0o755); err != nil {
 		return usage("--runtime-dir", err)
 	}
-	if a.LibvirtURI == "" {
-		root, err := os.MkdirTemp(a.RuntimeDir, "vmi-")
-		if err != nil {
-			return usage("--runtime-dir", err)
-		}
-		p.Plan.Root = root
-		p.Plan.Scratch = filepath.Join(root, "scratch")
-	} else {
-		dir, err := os.MkdirTemp(a.RuntimeDir, "faults-")
-		if err != nil {
-			return usage("--runtime-dir", err)
-		}
-		p.Plan.Scratch = dir
+	if err := p.perVMIFolder(a.RuntimeDir, a.LibvirtURI == ""); err != nil {
+		return usage("--runtime-dir", err)
 	}
 	if !a.DryRun {
 		// The reaper comes before any file of the domain: whatever happens
@@ -324,6 +315,68 @@ func (p *Prepared) prepare(ctx context.Context, vmi *v1.VirtualMachineInstance, 
 		p.Plan.DryRunVMI = string(doc)
 	}
 	return 0, true
+}
+
+// perVMIFolder makes the launch's own folder in runtimeDir (0700, a new
+// name no manifest chooses): the embedded libvirt's root, its scratch
+// folder beside it, or only a scratch folder for a libvirt of the host.
+func (p *Prepared) perVMIFolder(runtimeDir string, embed bool) error {
+	prefix := "faults-"
+	if embed {
+		prefix = "vmi-"
+	}
+	dir, err := os.MkdirTemp(runtimeDir, prefix)
+	if err != nil {
+		return err
+	}
+	p.Plan.Scratch = dir
+	if embed {
+		p.Plan.Root, p.Plan.Scratch = dir, filepath.Join(dir, "scratch")
+	}
+	return nil
+}
+
+// logNames is the console log's path: --console-log when given, else
+// NAMESPACE_NAME_UID.console.log in the default folder. The VMI's
+// namespace, name and UID (when set) must each be one path component
+// (confine.Name), whatever checked the VMI before: they also name the
+// libvirt domain and the libvirt log beside the console log.
+func logNames(flag string, vmi *v1.VirtualMachineInstance) (string, error) {
+	for _, f := range []struct{ field, value string }{{"metadata.namespace", vmi.Namespace}, {"metadata.name", vmi.Name}, {"metadata.uid", string(vmi.UID)}} {
+		if f.value == "" && f.field != "metadata.name" {
+			continue
+		}
+		if err := confine.Name(f.value); err != nil {
+			return "", fmt.Errorf("field %s: %w", f.field, err)
+		}
+	}
+	if flag != "" {
+		return flag, nil
+	}
+	return confine.Join(launcherapi.DefaultConsoleDir, fmt.Sprintf("%s_%s_%s.console.log", vmi.Namespace, vmi.Name, vmi.UID))
+}
+
+// makeLogs makes the console log's folder (0700 when new) and the console
+// and libvirt logs in it, owner-only whatever the umask (they carry what
+// the guest prints and name the VMI's files), through an os.Root of the
+// folder: a symbolic link planted there under a log's name that leads out
+// of it is refused, not followed by QEMU or libvirt, which open the logs
+// by path afterwards. What the logs hold is kept (QEMU appends).
+func makeLogs(logs ...string) error {
+	for _, l := range logs {
+		dir := filepath.Dir(l)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return err
+		}
+		f, _, err := confine.OpenFile(dir, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600, filepath.Base(l))
+		if err != nil {
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // absPaths resolves the folder and file flags against the working

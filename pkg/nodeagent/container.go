@@ -201,15 +201,21 @@ func (c *container) launch(ctx context.Context, cfg *Config, rt Runtime, vmi *v1
 	if c.run != nil || c.exited {
 		return nil
 	}
-	if err := os.MkdirAll(string(c.dir), 0o755); err != nil {
+	// Owner-only: the folder holds the VMI and the launcher's log of it.
+	if err := os.MkdirAll(string(c.dir), 0o700); err != nil {
 		return fmt.Errorf("creating launcher folder: %w", err)
 	}
 	data, err := launcherManifest(vmi)
 	if err != nil {
 		return fmt.Errorf("encoding VMI %s: %w", c.vmiKey, err)
 	}
-	if err := os.WriteFile(c.dir.Manifest(), data, 0o644); err != nil {
+	if err := os.WriteFile(c.dir.Manifest(), data, 0o600); err != nil {
 		return fmt.Errorf("writing VMI manifest: %w", err)
+	}
+	// The runtime opens the launcher's log by path (O_CREATE, 0644) and
+	// keeps the mode of a file that exists: made here, it is owner-only.
+	if err := ownerOnlyFile(c.dir.Log()); err != nil {
+		return fmt.Errorf("creating the launcher's log: %w", err)
 	}
 	out, events, err := c.eventSink(cfg, notify)
 	if err != nil {
@@ -332,4 +338,18 @@ func computeResources(pod *k8sv1.Pod) (string, launchrt.Resources, error) {
 		return c.Image, r, nil
 	}
 	return "", launchrt.Resources{}, fmt.Errorf("pod %s/%s has no %q container", pod.Namespace, pod.Name, computeContainer)
+}
+
+// ownerOnlyFile makes path an empty file of mode 0600, whatever the umask
+// and whatever mode a file left there had.
+func ownerOnlyFile(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

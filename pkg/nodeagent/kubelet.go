@@ -126,7 +126,7 @@ func (c *container) launchKubelet(ctx context.Context, cfg *Config, procs Runtim
 	if c.run != nil || c.exited {
 		return nil
 	}
-	if err := os.MkdirAll(string(c.dir), 0o755); err != nil {
+	if err := os.MkdirAll(string(c.dir), 0o700); err != nil {
 		return fmt.Errorf("creating the pod's log folder: %w", err)
 	}
 	out, events, err := c.eventSink(cfg, notify)

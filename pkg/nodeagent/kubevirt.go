@@ -106,7 +106,7 @@ func (c *container) launchKubeVirt(ctx context.Context, cfg *Config, rt, procs R
 		}
 		mounts = append(mounts, launchrt.Mount{Host: host, Container: v.mountPath})
 	}
-	if err := os.MkdirAll(handler, 0o755); err != nil {
+	if err := os.MkdirAll(handler, 0o700); err != nil {
 		return fmt.Errorf("creating the driver's folder: %w", err)
 	}
 	data, err := json.Marshal(vmi)
@@ -114,14 +114,14 @@ func (c *container) launchKubeVirt(ctx context.Context, cfg *Config, rt, procs R
 		return fmt.Errorf("encoding VMI %s: %w", c.vmiKey, err)
 	}
 	vmiFile := filepath.Join(dir, "vmi.json")
-	if err := os.WriteFile(vmiFile, data, 0o644); err != nil {
+	if err := os.WriteFile(vmiFile, data, 0o600); err != nil {
 		return fmt.Errorf("writing the VMI for the driver: %w", err)
 	}
 	out, events, err := c.eventSink(cfg, notify)
 	if err != nil {
 		return err
 	}
-	computeLog, err := os.Create(c.dir.Log())
+	computeLog, err := os.OpenFile(c.dir.Log(), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		events.Close()
 		return fmt.Errorf("creating the compute container's log: %w", err)
@@ -242,7 +242,7 @@ func (k *kubevirtPod) Stop(ctx context.Context, grace time.Duration) (bool, erro
 // eventSink makes the container's events file and the writer whose lines
 // go to it and to the follower that records them.
 func (c *container) eventSink(cfg *Config, notify func()) (*spawn.LineWriter, *os.File, error) {
-	events, err := os.Create(c.dir.Events())
+	events, err := os.OpenFile(c.dir.Events(), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, nil, fmt.Errorf("creating launcher events file: %w", err)
 	}

@@ -13,6 +13,8 @@ import (
 	"os/exec"
 	"strings"
 	"syscall"
+
+	"github.com/crashloop-harness/crashloop/internal/confine"
 )
 
 // args is qemu-img's command line for an overlay at path over image.
@@ -20,14 +22,21 @@ func args(image, format, path string) []string {
 	return []string{"create", "-q", "-f", "qcow2", "-F", format, "-b", image, path}
 }
 
-// Create makes the overlay at path over image (of format raw or qcow2)
-// and returns when it is there.
-func Create(image, format, path string) error {
+// Create makes the overlay as the file name (one path component) of the
+// folder dir over image (of format raw or qcow2, said explicitly: qemu-img
+// never probes it) and returns its path when it is there. The file is
+// created owner-only through an os.Root of dir (internal/confine) before
+// qemu-img writes it, so that it cannot be a link out of dir.
+func Create(image, format, dir, name string) (string, error) {
+	path, err := confine.Reserve(dir, 0o600, name)
+	if err != nil {
+		return "", fmt.Errorf("creating overlay of %s: %w", image, err)
+	}
 	out, err := exec.Command("qemu-img", args(image, format, path)...).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("creating overlay of %s with qemu-img: %v: %s", image, err, strings.TrimSpace(string(out)))
+		return "", fmt.Errorf("creating overlay of %s with qemu-img: %v: %s", image, err, strings.TrimSpace(string(out)))
 	}
-	return nil
+	return path, nil
 }
 
 // Pending is an overlay whose qemu-img was started and not waited for. It
@@ -43,24 +52,29 @@ type Pending struct {
 	Field string `json:"field,omitempty"`
 }
 
-// Start starts qemu-img for the overlay at path over image, its output
-// going to output, and returns without waiting for it: the caller (or the
-// program it execs) must call Wait.
-func Start(image, format, path, output string) (Pending, error) {
-	f, err := os.OpenFile(output, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+// Start starts qemu-img for the overlay dir/name over image, as Create
+// makes it, its output going to dir/name.qemu-img.log, and returns
+// without waiting for it: the caller (or the program it execs) must call
+// Wait. Path is the overlay's.
+func Start(image, format, dir, name string) (p Pending, path string, err error) {
+	path, err = confine.Reserve(dir, 0o600, name)
 	if err != nil {
-		return Pending{}, fmt.Errorf("creating overlay of %s: qemu-img's output file: %w", image, err)
+		return Pending{}, "", fmt.Errorf("creating overlay of %s: %w", image, err)
+	}
+	f, output, err := confine.Create(dir, 0o600, name+".qemu-img.log")
+	if err != nil {
+		return Pending{}, "", fmt.Errorf("creating overlay of %s: qemu-img's output file: %w", image, err)
 	}
 	defer f.Close()
 	cmd := exec.Command("qemu-img", args(image, format, path)...)
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
-		return Pending{}, fmt.Errorf("creating overlay of %s with qemu-img: %w", image, err)
+		return Pending{}, "", fmt.Errorf("creating overlay of %s with qemu-img: %w", image, err)
 	}
 	// Not cmd.Wait: the wait may happen after an exec, by PID.
 	pid := cmd.Process.Pid
 	_ = cmd.Process.Release()
-	return Pending{PID: pid, Image: image, Output: output}, nil
+	return Pending{PID: pid, Image: image, Output: output}, path, nil
 }
 
 // Wait waits for p's qemu-img, which must be a child of this process that

@@ -22,10 +22,12 @@ func TestStartThenWaitMakesTheOverlay(t *testing.T) {
 	if err := os.WriteFile(image, make([]byte, 1<<20), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(dir, "overlay.qcow2")
-	p, err := Start(image, "raw", path, path+".log")
+	p, path, err := Start(image, "raw", dir, "overlay.qcow2")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if path != filepath.Join(dir, "overlay.qcow2") {
+		t.Fatalf("overlay at %s", path)
 	}
 	if err := p.Wait(); err != nil {
 		t.Fatalf("Wait: %v", err)
@@ -39,13 +41,44 @@ func TestStartThenWaitMakesTheOverlay(t *testing.T) {
 	if _, err := f.Read(head); err != nil || string(head) != "QFI\xfb" {
 		t.Fatalf("overlay is not qcow2: %q %v", head, err)
 	}
+	for _, f := range []string{path, path + ".qemu-img.log"} {
+		if fi, err := os.Stat(f); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %v %v, want mode 0600", f, fi, err)
+		}
+	}
+}
+
+// TestOverlayStaysInItsFolder: a name that is not one path component, or
+// a symbolic link planted under the overlay's name, is refused before
+// qemu-img runs.
+func TestOverlayStaysInItsFolder(t *testing.T) {
+	needQemuImg(t)
+	dir := t.TempDir()
+	scratch := filepath.Join(dir, "scratch")
+	os.Mkdir(scratch, 0o700)
+	image := filepath.Join(dir, "base.img")
+	os.WriteFile(image, make([]byte, 1<<20), 0o600)
+	victim := filepath.Join(dir, "victim")
+	os.WriteFile(victim, []byte("original"), 0o600)
+	os.Symlink(victim, filepath.Join(scratch, "planted.qcow2"))
+	for _, name := range []string{"../victim", "planted.qcow2", "..", ""} {
+		if _, err := Create(image, "raw", scratch, name); err == nil {
+			t.Errorf("Create(%q) succeeded", name)
+		}
+		if _, _, err := Start(image, "raw", scratch, name); err == nil {
+			t.Errorf("Start(%q) succeeded", name)
+		}
+	}
+	if data, _ := os.ReadFile(victim); string(data) != "original" {
+		t.Fatalf("the file outside was overwritten")
+	}
 }
 
 func TestWaitReportsQemuImgsFailureWithTheField(t *testing.T) {
 	needQemuImg(t)
 	dir := t.TempDir()
 	missing := filepath.Join(dir, "no-such.img")
-	p, err := Start(missing, "raw", filepath.Join(dir, "o.qcow2"), filepath.Join(dir, "o.log"))
+	p, _, err := Start(missing, "raw", dir, "o.qcow2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +92,7 @@ func TestWaitReportsQemuImgsFailureWithTheField(t *testing.T) {
 			t.Errorf("error %q lacks %q", err, want)
 		}
 	}
-	if err := Create(missing, "raw", filepath.Join(dir, "o2.qcow2")); err == nil || !strings.Contains(err.Error(), "creating overlay of "+missing+" with qemu-img: exit status 1: ") {
+	if _, err := Create(missing, "raw", dir, "o2.qcow2"); err == nil || !strings.Contains(err.Error(), "creating overlay of "+missing+" with qemu-img: exit status 1: ") {
 		t.Errorf("Create's error %v is not Wait's", err)
 	}
 }

@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 
 	"libvirt.org/go/libvirtxml"
+
+	"github.com/crashloop-harness/crashloop/internal/confine"
 )
 
 // DiskFault makes one disk of a domain fail I/O with an errno, through
@@ -53,7 +54,15 @@ func InjectDiskErrors(dom *libvirtxml.Domain, f DiskFault, scratch string) (stri
 	}
 	// Flatten the disk (an overlay reads through to its backing file, which
 	// blkdebug would not see) into a raw copy that blkdebug sits on.
-	image := filepath.Join(scratch, "fault-"+disk.Target.Dev+".img")
+	// Both files are made through an os.Root of the scratch folder: the
+	// target name comes from the domain, which hook sidecars may rewrite.
+	// A copy of an earlier start of this launch is replaced.
+	_ = confine.Remove(scratch, "fault-"+disk.Target.Dev+".img")
+	_ = confine.Remove(scratch, "blkdebug-"+disk.Target.Dev+".conf")
+	image, err := confine.Reserve(scratch, 0o600, "fault-"+disk.Target.Dev+".img")
+	if err != nil {
+		return "", fmt.Errorf("disk fault: %w", err)
+	}
 	srcFormat := "raw"
 	if disk.Driver != nil && disk.Driver.Type != "" {
 		srcFormat = disk.Driver.Type
@@ -70,8 +79,8 @@ func InjectDiskErrors(dom *libvirtxml.Domain, f DiskFault, scratch string) (stri
 			fmt.Fprintf(&rules, "[inject-error]\nevent = \"%s\"\nerrno = \"%d\"\n\n", ev.event, int(f.Errno))
 		}
 	}
-	conf := filepath.Join(scratch, "blkdebug-"+disk.Target.Dev+".conf")
-	if err := os.WriteFile(conf, []byte(rules.String()), 0o600); err != nil {
+	conf, err := confine.WriteFile(scratch, []byte(rules.String()), 0o600, "blkdebug-"+disk.Target.Dev+".conf")
+	if err != nil {
 		return "", fmt.Errorf("disk fault: writing blkdebug rules: %w", err)
 	}
 	node := "fault-" + disk.Target.Dev

@@ -1,0 +1,41 @@
+package controller
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+)
+
+// TestLauncherFilesAreOwnerOnly: the launch folder, the VMI written in it
+// and the launcher's events and log are 0700 and 0600 under a permissive
+// umask, as is the state folder.
+func TestLauncherFilesAreOwnerOnly(t *testing.T) {
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	state := filepath.Join(t.TempDir(), "state")
+	if _, err := OpenStore(state, false); err != nil {
+		t.Fatal(err)
+	}
+	dir := LauncherDir(state, Key{Namespace: "ns", Name: "vm"}, 1, "uid")
+	stdout, stderr, err := createLauncherFiles(dir, []byte("kind: VirtualMachineInstance\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout.Close()
+	stderr.Close()
+	for _, p := range []string{state, filepath.Join(state, "vms"), filepath.Join(state, "launchers"), string(dir), filepath.Dir(string(dir)), dir.Manifest(), dir.Events(), dir.Log()} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fs.FileMode(0o600)
+		if fi.IsDir() {
+			want = 0o700
+		}
+		if fi.Mode().Perm() != want {
+			t.Errorf("%s: mode %v, want %v", p, fi.Mode().Perm(), want)
+		}
+	}
+}
