@@ -30,13 +30,17 @@ CLOUD_GUEST_DEB_PACKAGES := jq debootstrap e2fsprogs dosfstools mtools fdisk gru
 # failure ("context deadline exceeded", no input written; golang/go#75804,
 # fixed in Go 1.27), which a loaded machine hits. The overrides even out the
 # targets' speeds (FuzzConvertFields and FuzzCloudInit start a stand-in tool
-# per run, FuzzParse does 7000 runs a second), so that each takes about 15 s
-# and the whole of make fuzz about 3 minutes on this 2-core machine.
+# per run; FuzzReadPlan does 25000 runs a second), so that each takes 10 to
+# 30 s and the whole of make fuzz about 3 minutes on this 2-core machine.
 FUZZ_EXECS ?= 50000x
-FUZZ_EXECS_FuzzParse ?= 200000x
+FUZZ_EXECS_FuzzParse ?= 120000x
 FUZZ_EXECS_FuzzVMI ?= 60000x
-FUZZ_EXECS_FuzzConvertFields ?= 3000x
-FUZZ_EXECS_FuzzCloudInit ?= 3000x
+FUZZ_EXECS_FuzzReadPlan ?= 300000x
+FUZZ_EXECS_FuzzParseEvent ?= 300000x
+FUZZ_EXECS_FuzzParseManifests ?= 100000x
+FUZZ_EXECS_FuzzParseRecord ?= 100000x
+FUZZ_EXECS_FuzzConvertFields ?= 5000x
+FUZZ_EXECS_FuzzCloudInit ?= 4000x
 FUZZ_ONLY ?=
 # make herd: herd sizes, real minutes per run and controllers (bench/herd)
 HERD_VMS ?= 50 100 200 500
