@@ -56,9 +56,11 @@ func FuzzConvert(f *testing.F) {
 // there is no virt-launcher-expand to expand it.
 //
 // When the admission step (pkg/admission) is merged, add it here where
-// Prepare calls it, right after kvdefaults.Apply:
+// Prepare calls it, right after kvdefaults.Apply, with the HostDisk gate on
+// (a seed and the fuzzer use hostDisk volumes, which check exempts when
+// they name their file on purpose):
 //
-//	if err := admission.Admit(admission.Input{VMI: vmi, DataVolumeTemplates: doc.DataVolumeTemplates}); err != nil {
+//	if err := admission.Admit(admission.Input{VMI: vmi, DataVolumeTemplates: doc.DataVolumeTemplates, FeatureGates: []string{"HostDisk"}}); err != nil {
 //		return nil, nil, err
 //	}
 func launcherStages(data []byte) (*v1.VirtualMachineInstance, *manifest.Document, error) {
