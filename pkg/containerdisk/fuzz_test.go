@@ -102,10 +102,15 @@ func (e extractEnv) run(tb testing.TB, layer []byte, want string) []string {
 	}
 	defer os.RemoveAll(e.out)
 	before := paths(tb, e.root)
-	t := &tree{dir: e.out, want: want, entries: map[string]int{}}
 	if err := os.MkdirAll(e.out, 0o755); err != nil {
 		tb.Fatal(err)
 	}
+	root, err := os.OpenRoot(e.out)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer root.Close()
+	t := &tree{root: root, want: want, entries: map[string]int{}}
 	for i := range 2 {
 		if _, err := t.applyTar(tar.NewReader(bytes.NewReader(layer)), i); err != nil {
 			break

@@ -16,6 +16,7 @@ import (
 
 	v1 "kubevirt.io/api/core/v1"
 
+	"github.com/crashloop-harness/crashloop/pkg/admission"
 	"github.com/crashloop-harness/crashloop/pkg/containerdisk"
 	"github.com/crashloop-harness/crashloop/pkg/converter"
 	"github.com/crashloop-harness/crashloop/pkg/faults"
@@ -51,18 +52,13 @@ func FuzzConvert(f *testing.F) {
 // converter.Convert, in its order: the one VM or VMI document out of the
 // file (manifest.Split), decoded strictly (manifest.Read), the fields the
 // converter does not read refused (converter.CheckSupported), KubeVirt's
-// defaults (kvdefaults.Apply) and the fault annotations parsed
-// (faults.Parse). An instancetype or preference is refused by Read here, as
-// there is no virt-launcher-expand to expand it.
-//
-// When the admission step (pkg/admission) is merged, add it here where
-// Prepare calls it, right after kvdefaults.Apply, with the HostDisk gate on
-// (a seed and the fuzzer use hostDisk volumes, which check exempts when
-// they name their file on purpose):
-//
-//	if err := admission.Admit(admission.Input{VMI: vmi, DataVolumeTemplates: doc.DataVolumeTemplates, FeatureGates: []string{"HostDisk"}}); err != nil {
-//		return nil, nil, err
-//	}
+// defaults (kvdefaults.Apply), KubeVirt's admission rules
+// (admission.Admit, with the HostDisk and Sidecar gates on: seeds use
+// hostDisk volumes, which check exempts when they name their file on
+// purpose, and the hook sidecar example, whose hooks Convert does not run) and
+// the fault annotations parsed (faults.Parse). An instancetype or
+// preference is refused by Read here, as there is no virt-launcher-expand
+// to expand it.
 func launcherStages(data []byte) (*v1.VirtualMachineInstance, *manifest.Document, error) {
 	l, err := manifest.Split(data, "fuzz")
 	if err != nil {
@@ -76,6 +72,9 @@ func launcherStages(data []byte) (*v1.VirtualMachineInstance, *manifest.Document
 		return nil, nil, err
 	}
 	kvdefaults.Apply(vmi)
+	if err := admission.Admit(admission.Input{VMI: vmi, DataVolumeTemplates: doc.DataVolumeTemplates, FeatureGates: []string{"HostDisk", "Sidecar"}}); err != nil {
+		return nil, nil, err
+	}
 	if _, err := faults.Parse(vmi.Annotations, nil); err != nil {
 		return nil, nil, err
 	}

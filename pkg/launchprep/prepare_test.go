@@ -161,7 +161,7 @@ func TestLogsStayInTheirFolder(t *testing.T) {
 			}
 			doc := strings.Replace(hostDiskVMI, "HOSTDISK", filepath.Join(dir, "host.img"), 1)
 			var stderr bytes.Buffer
-			args, _, _, ok := launchplan.Begin([]string{"--runtime-dir", "run", "--console-log", "logs/console.log", "vmi.yaml"}, launcherapi.DefaultArgs(), &stderr)
+			args, _, _, ok := launchplan.Begin([]string{"--feature-gates", "HostDisk", "--runtime-dir", "run", "--console-log", "logs/console.log", "vmi.yaml"}, launcherapi.DefaultArgs(), &stderr)
 			if !ok {
 				t.Fatalf("flags: %s", stderr.String())
 			}
