@@ -39,3 +39,32 @@ func TestLauncherFilesAreOwnerOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestControlSocketIsOwnerOnly: the control socket, which starts and stops
+// VMs, is 0600 under a permissive umask.
+func TestControlSocketIsOwnerOnly(t *testing.T) {
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	// A short folder: a unix socket's path has at most 107 bytes.
+	dir, err := os.MkdirTemp("", "ctl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	store, err := OpenStore(filepath.Join(dir, "s"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := (&Controller{store: store}).listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	fi, err := os.Stat(store.SocketPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode()&fs.ModeSocket == 0 || fi.Mode().Perm() != 0o600 {
+		t.Errorf("control socket: mode %v, want a socket of mode 0600", fi.Mode())
+	}
+}
