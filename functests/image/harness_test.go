@@ -49,7 +49,9 @@ func podman(args ...string) (string, error) {
 // sandbox lacks CAP_SYS_RESOURCE to raise them), --init (catatonit as PID 1), no network
 // (the test VMI has no interface), the guest images and the manifest
 // read-only, the launch folder as the log folder (so the console log is
-// the harness's), no privileges beyond the defaults, and /dev/kvm only
+// the harness's) and the capability cache, both handed to the image's
+// user (":U", as kubelet hands a pod's emptyDir to its fsGroup: the image
+// runs as KubeVirt's qemu, 107), no privileges beyond the defaults, and /dev/kvm only
 // where the node has usable KVM (these nodes have only PVM, so TCG).
 func runArgs(dir string, kvm bool, extra []string) []string {
 	args := []string{"run", "--rm", "--runtime", "runc", "--log-driver", "passthrough", "--init", "--network", "none",
@@ -57,8 +59,8 @@ func runArgs(dir string, kvm bool, extra []string) []string {
 		"--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768",
 		"-v", built.ImageDir() + ":/usr/share/crashloop/images:ro",
 		"-v", filepath.Join(dir, "vmi.yaml") + ":/vmi/vmi.yaml:ro",
-		"-v", dir + ":" + launcherapi.DefaultConsoleDir,
-		"-v", capsCache + ":" + launcherapi.DefaultCacheDir}
+		"-v", dir + ":" + launcherapi.DefaultConsoleDir + ":U",
+		"-v", capsCache + ":" + launcherapi.DefaultCacheDir + ":U"}
 	if kvm {
 		args = append(args, "--device", "/dev/kvm")
 	}
@@ -132,4 +134,44 @@ func (c *Container) OOMKills() func() int {
 	go func() { <-c.Done(); cancel() }()
 	f := memcg.Follow(ctx, file, 10*time.Millisecond)
 	return func() int { n, _ := f.Most(); return n }
+}
+
+// procIDs reads the real, effective, saved and filesystem user and group
+// IDs of a process from /proc/PID/status ("Uid:" and "Gid:" lines).
+func procIDs(pid int) (uids, gids []string) {
+	data, err := os.ReadFile("/proc/" + itoa(pid) + "/status")
+	Expect(err).NotTo(HaveOccurred())
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) == 5 {
+			switch f[0] {
+			case "Uid:":
+				uids = f[1:]
+			case "Gid:":
+				gids = f[1:]
+			}
+		}
+	}
+	return uids, gids
+}
+
+// nsProcs lists the processes in the PID namespace of the container's
+// first process (the container's every process: catatonit, the launcher,
+// its reaper, QEMU), with their command names.
+func (c *Container) nsProcs() map[int]string {
+	ns, err := os.Readlink("/proc/" + c.Inspect("{{.State.Pid}}") + "/ns/pid")
+	Expect(err).NotTo(HaveOccurred())
+	entries, err := os.ReadDir("/proc")
+	Expect(err).NotTo(HaveOccurred())
+	procs := map[int]string{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if theirs, err := os.Readlink("/proc/" + e.Name() + "/ns/pid"); err == nil && theirs == ns {
+			comm, _ := os.ReadFile("/proc/" + e.Name() + "/comm")
+			procs[pid] = strings.TrimSpace(string(comm))
+		}
+	}
+	return procs
 }

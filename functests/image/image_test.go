@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -24,6 +26,16 @@ func inContainer(pid int) {
 }
 
 var _ = Describe("the launcher image", func() {
+	It("runs as KubeVirt's non-root launcher user, qemu (107:107), by default", func() {
+		user, err := podman("image", "inspect", "--format", "{{.Config.User}}", Image)
+		Expect(err).NotTo(HaveOccurred(), user)
+		Expect(user).To(Equal("107:107"), "the image's configured user")
+		out, err := podman("run", "--rm", "--runtime", "runc", "--network", "none",
+			"--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768", "--entrypoint", "id", Image)
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).To(HavePrefix("uid=107(qemu) gid=107(qemu)"), "id in a container of the image")
+	})
+
 	It("boots the test guest to Running and GuestReady, unprivileged, and stops gracefully on SIGTERM", func() {
 		c := Run("")
 		sched := c.WaitFor(launcherapi.EventScheduled, 60*time.Second)
@@ -43,6 +55,19 @@ var _ = Describe("the launcher image", func() {
 		pids := qemu.FindQEMU(c.Domain, "")
 		Expect(pids).To(HaveLen(1), "one QEMU of %s", c.Domain)
 		inContainer(pids[0])
+		// Every process of the container, QEMU among them, runs as
+		// KubeVirt's non-root launcher user: no root left in the launch.
+		procs := c.nsProcs()
+		Expect(procs).To(HaveKey(pids[0]), "QEMU is the container's")
+		seen := []string{}
+		for pid, comm := range procs {
+			uids, gids := procIDs(pid)
+			Expect(uids).To(Equal([]string{"107", "107", "107", "107"}), "Uid of %s (%d)", comm, pid)
+			Expect(gids).To(Equal([]string{"107", "107", "107", "107"}), "Gid of %s (%d)", comm, pid)
+			seen = append(seen, fmt.Sprintf("%s(%d) Uid %s", comm, pid, strings.Join(uids, " ")))
+		}
+		sort.Strings(seen)
+		AddReportEntry("image-uids", strings.Join(seen, "; "))
 
 		stop := time.Now()
 		c.Kill("TERM")

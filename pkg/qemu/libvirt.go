@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"libvirt.org/go/libvirt"
 )
@@ -32,17 +33,27 @@ func StartEventLoop(ctx context.Context) error {
 // driver runs inside the calling process and keeps all state under root.
 func EmbedURI(root string) string { return "qemu:///embed?root=" + root }
 
-// embedQEMUConf makes the embedded driver run QEMU as root without
-// relabelling files: QEMU must read its own key files under the root, and
-// images shared by many launchers must not be chowned back and forth
-// (libvirt's remember_owner would otherwise refuse a file "already in use").
-const embedQEMUConf = `# written by virt-launcher for its embedded libvirt
-user = "root"
-group = "root"
+// embedQEMUConf is the per-VMI qemu.conf of the embedded driver: QEMU runs
+// as the launcher's own user and group (root when the launcher is root;
+// KubeVirt's qemu, 107, when the image runs as it), and no file is
+// relabelled: QEMU must read its own key files under the root, which the
+// launcher made, and images shared by many launchers must not be chowned
+// back and forth (libvirt's remember_owner would otherwise refuse a file
+// "already in use"). An unprivileged launcher could not switch to another
+// user anyway. libvirt reads "+N" as the numeric ID N, so the IDs need no
+// name in the image's /etc/passwd.
+func embedQEMUConf(uid, gid int) string {
+	user, group := "root", "root"
+	if uid != 0 || gid != 0 {
+		user, group = "+"+strconv.Itoa(uid), "+"+strconv.Itoa(gid)
+	}
+	return fmt.Sprintf(`# written by virt-launcher for its embedded libvirt
+user = %[1]q
+group = %[2]q
 # swtpm (a vTPM) runs as QEMU does; libvirt's default user, tss, could not
-# read state that root made (swtpm_setup's local CA in /var/lib/swtpm-localca).
-swtpm_user = "root"
-swtpm_group = "root"
+# read state that the launcher made (swtpm_setup's local CA in /var/lib/swtpm-localca).
+swtpm_user = %[1]q
+swtpm_group = %[2]q
 dynamic_ownership = 0
 remember_owner = 0
 stdio_handler = "file"
@@ -51,7 +62,8 @@ stdio_handler = "file"
 # pod or the controller's cgroup confines QEMU. Together they save ~25 ms a start.
 namespaces = [ ]
 cgroup_controllers = [ ]
-`
+`, user, group)
+}
 
 // capsDir is where the QEMU driver keeps its capability cache under a root.
 func capsDir(root string) string { return filepath.Join(root, "cache", "qemu", "capabilities") }
@@ -63,7 +75,7 @@ func PrepareEmbedRoot(root, cacheDir string) error {
 	if err := os.MkdirAll(filepath.Join(root, "etc"), 0o700); err != nil {
 		return fmt.Errorf("creating libvirt root: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(root, "etc", "qemu.conf"), []byte(embedQEMUConf), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(root, "etc", "qemu.conf"), []byte(embedQEMUConf(os.Geteuid(), os.Getegid())), 0o600); err != nil {
 		return fmt.Errorf("writing qemu.conf: %w", err)
 	}
 	if cacheDir == "" {
