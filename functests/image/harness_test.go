@@ -11,6 +11,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/crashloop-harness/crashloop/functests/built"
 	"github.com/crashloop-harness/crashloop/functests/launchharness"
@@ -74,10 +75,17 @@ func runArgs(dir string, kvm bool, extra []string) []string {
 // guest's default: it stays up) with extra podman flags, and waits for the
 // container's ID. Cleanup removes the container by its ID if it is still
 // there, then the harness checks that no QEMU of its domain survives.
-func Run(kernelArgs string, extra ...string) *Container {
+func Run(kernelArgs string, extra ...string) *Container { return RunVMI(kernelArgs, nil, extra...) }
+
+// RunVMI is Run with edit applied to the VMI first (nil: none).
+func RunVMI(kernelArgs string, edit func(*v1.VirtualMachineInstance), extra ...string) *Container {
 	uid := uuid.NewUUID()
 	name := "img-" + string(uid)[:8]
-	manifest, err := testguest.Manifest(testguest.VMI(testguest.Spec{Name: name, UID: uid, KernelArgs: kernelArgs}))
+	vmi := testguest.VMI(testguest.Spec{Name: name, UID: uid, KernelArgs: kernelArgs})
+	if edit != nil {
+		edit(vmi)
+	}
+	manifest, err := testguest.Manifest(vmi)
 	Expect(err).NotTo(HaveOccurred())
 	kvm := nodeKVM()
 	c := &Container{}

@@ -11,6 +11,8 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
+	v1 "kubevirt.io/api/core/v1"
+
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/qemu"
 )
@@ -26,7 +28,7 @@ func inContainer(pid int) {
 }
 
 var _ = Describe("the launcher image", func() {
-	It("runs as KubeVirt's non-root launcher user, qemu (107:107), by default", func() {
+	It("runs as KubeVirt's non-root launcher user, qemu (107:107), by default, its monitor with CAP_NET_BIND_SERVICE as a file capability", func() {
 		user, err := podman("image", "inspect", "--format", "{{.Config.User}}", Image)
 		Expect(err).NotTo(HaveOccurred(), user)
 		Expect(user).To(Equal("107:107"), "the image's configured user")
@@ -34,6 +36,12 @@ var _ = Describe("the launcher image", func() {
 			"--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768", "--entrypoint", "id", Image)
 		Expect(err).NotTo(HaveOccurred(), out)
 		Expect(out).To(HavePrefix("uid=107(qemu) gid=107(qemu)"), "id in a container of the image")
+		// As 107, the monitor's DHCP server (KubeVirt's phase 2) binds port
+		// 67 with the file capability KubeVirt's image gives it.
+		out, err = podman("run", "--rm", "--runtime", "runc", "--network", "none",
+			"--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768", "--entrypoint", "getcap", Image, "/usr/bin/virt-launcher-monitor")
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).To(ContainSubstring("cap_net_bind_service=ep"), "the monitor's file capability")
 	})
 
 	It("boots the test guest to Running and GuestReady, unprivileged, and stops gracefully on SIGTERM", func() {
@@ -79,6 +87,25 @@ var _ = Describe("the launcher image", func() {
 			running.Time.Sub(sched.Time).Seconds(), ready.Time.Sub(running.Time).Seconds(), time.Since(stop).Seconds()))
 		_, err := podman("container", "exists", c.ID)
 		Expect(err).To(HaveOccurred(), "--rm must remove container %s", c.ID)
+	})
+
+	It("runs a vTPM's swtpm beside QEMU, both as 107", func() {
+		c := RunVMI("", func(vmi *v1.VirtualMachineInstance) { vmi.Spec.Domain.Devices.TPM = &v1.TPMDevice{} })
+		c.WaitFor(launcherapi.EventGuestReady, 180*time.Second)
+		pids := qemu.FindQEMU(c.Domain, "")
+		Expect(pids).To(HaveLen(1), "one QEMU of %s", c.Domain)
+		seen := map[string]bool{}
+		for pid, comm := range c.nsProcs() {
+			uids, _ := procIDs(pid)
+			Expect(uids).To(Equal([]string{"107", "107", "107", "107"}), "Uid of %s (%d)", comm, pid)
+			seen[comm] = true
+		}
+		Expect(seen).To(HaveKey("swtpm"), "libvirt's swtpm for the vTPM, in the container")
+		c.Kill("TERM")
+		end := c.WaitFor(launcherapi.EventSucceeded, 60*time.Second)
+		phase, reason, code := final(end)
+		Expect([]any{phase, reason, code}).To(Equal([]any{"Succeeded", "Stopped", 0}))
+		Expect(c.Exit(60 * time.Second)).To(Equal(0))
 	})
 
 	It("leaves no QEMU, no container and no folder when the container is killed with SIGKILL", func() {

@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 
 	"libvirt.org/go/libvirt"
 )
@@ -42,19 +41,20 @@ func EmbedURI(root string) string { return "qemu:///embed?root=" + root }
 // "already in use"). An unprivileged launcher could not switch to another
 // user anyway. libvirt reads "+N" as the numeric ID N, so the IDs need no
 // name in the image's /etc/passwd.
+//
+// swtpm (a vTPM) runs as QEMU does. As root the file says so (libvirt's
+// default user, tss, could not read state that root made, such as
+// swtpm_setup's local CA); unprivileged it must say nothing: libvirt then
+// starts swtpm_setup and swtpm as the caller, whereas naming a user, even
+// the caller's own, makes it call setgroups(), which only a process with
+// CAP_SETGID may ("Could not run '/usr/bin/swtpm_setup'. exitstatus: 125").
 func embedQEMUConf(uid, gid int) string {
-	user, group := "root", "root"
+	ids := "user = \"root\"\ngroup = \"root\"\nswtpm_user = \"root\"\nswtpm_group = \"root\"\n"
 	if uid != 0 || gid != 0 {
-		user, group = "+"+strconv.Itoa(uid), "+"+strconv.Itoa(gid)
+		ids = fmt.Sprintf("user = \"+%d\"\ngroup = \"+%d\"\n", uid, gid)
 	}
-	return fmt.Sprintf(`# written by virt-launcher for its embedded libvirt
-user = %[1]q
-group = %[2]q
-# swtpm (a vTPM) runs as QEMU does; libvirt's default user, tss, could not
-# read state that the launcher made (swtpm_setup's local CA in /var/lib/swtpm-localca).
-swtpm_user = %[1]q
-swtpm_group = %[2]q
-dynamic_ownership = 0
+	return `# written by virt-launcher for its embedded libvirt
+` + ids + `dynamic_ownership = 0
 remember_owner = 0
 stdio_handler = "file"
 # As KubeVirt's launcher: no per-domain mount namespace (it needs
@@ -62,7 +62,7 @@ stdio_handler = "file"
 # pod or the controller's cgroup confines QEMU. Together they save ~25 ms a start.
 namespaces = [ ]
 cgroup_controllers = [ ]
-`, user, group)
+`
 }
 
 // capsDir is where the QEMU driver keeps its capability cache under a root.

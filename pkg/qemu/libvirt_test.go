@@ -26,7 +26,8 @@ func confValue(conf, key string) (string, bool) {
 
 // TestEmbedQEMUConfRunsQEMUAsTheLauncher checks that QEMU (and swtpm) run
 // as the launcher's own user: root for a root launcher, the numeric IDs
-// for KubeVirt's non-root one (107), which could not switch to root.
+// for KubeVirt's non-root one (107), which could not switch to root, and
+// swtpm as the caller without naming it.
 func TestEmbedQEMUConfRunsQEMUAsTheLauncher(t *testing.T) {
 	cases := []struct {
 		uid, gid    int
@@ -39,9 +40,20 @@ func TestEmbedQEMUConfRunsQEMUAsTheLauncher(t *testing.T) {
 	}
 	for _, c := range cases {
 		conf := embedQEMUConf(c.uid, c.gid)
-		for key, want := range map[string]string{"user": c.user, "group": c.group, "swtpm_user": c.user, "swtpm_group": c.group} {
+		for key, want := range map[string]string{"user": c.user, "group": c.group} {
 			if got, ok := confValue(conf, key); !ok || got != want {
 				t.Errorf("uid %d gid %d: %s = %q (set %v), want %q", c.uid, c.gid, key, got, ok, want)
+			}
+		}
+		// swtpm: root's as root; unprivileged unset, so that libvirt does
+		// not call setgroups() (EPERM without CAP_SETGID).
+		for _, key := range []string{"swtpm_user", "swtpm_group"} {
+			got, ok := confValue(conf, key)
+			if c.uid == 0 && c.gid == 0 && (!ok || got != "root") {
+				t.Errorf("root: %s = %q (set %v), want root", key, got, ok)
+			}
+			if (c.uid != 0 || c.gid != 0) && ok {
+				t.Errorf("uid %d gid %d: %s = %q, want it unset", c.uid, c.gid, key, got)
 			}
 		}
 		// Unprivileged, libvirt must not try per-domain namespaces or cgroups.
