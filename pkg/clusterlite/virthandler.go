@@ -268,4 +268,3 @@ func RemoveNodeLeftovers(ctx context.Context, label string, log *slog.Logger) er
 	}
 	return nil
 }
-
