@@ -13,8 +13,9 @@ IMAGES := $(BUILD)/images
 # pkg/containerdisk links (no library is linked, and no build tag is needed).
 DEB_PACKAGES := qemu-system-x86 qemu-utils libvirt-daemon libvirt-daemon-driver-qemu libvirt-daemon-system \
 	libvirt-clients libvirt-dev libbtrfs-dev busybox-static cpio pkg-config iproute2 xorriso ovmf swtpm swtpm-tools
-# the launcher image's tools (make image only): container tools and debootstrap
-IMAGE_DEB_PACKAGES := buildah podman skopeo runc slirp4netns uidmap catatonit debootstrap
+# the launcher image's tools (make image only): container tools, debootstrap, and setcap (libcap2-bin) for
+# the monitor's file capability
+IMAGE_DEB_PACKAGES := buildah podman skopeo runc slirp4netns uidmap catatonit debootstrap libcap2-bin
 # What the image builds need beyond DEB_PACKAGES: jq writes images.json; the
 # cloud guest is debootstrapped, its disk assembled from files (ext4, FAT with
 # mtools, GPT with sfdisk, GRUB for BIOS and EFI) and packed by buildah.

@@ -82,9 +82,6 @@ func up(ctx context.Context, o upOptions, log *slog.Logger) (err error) {
 		"--virt-api-service-ip", ip.String(), "--launcher-image", o.image, "-o", "yaml"}
 	_, kv := o.agentMode()
 	manifests = append(manifests, clusterlite.EmulationArgs(kv != nil || o.nodeSide == nodeSideHandler, log)...)
-	if o.nodeSide == nodeSideHandler {
-		manifests = append(manifests, clusterlite.HandlerManifestArgs()...)
-	}
 	if err := runLogged(ctx, filepath.Join(s.stateDir, "kubevirt-manifests.log"), filepath.Join(o.binDir, "kubevirt-manifests"), manifests...); err != nil {
 		return fmt.Errorf("installing KubeVirt's CRDs and objects: %w", err)
 	}

@@ -97,6 +97,8 @@ var _ = Describe("launcher pods in KubeVirt mode", Label("kubevirt-mode"), func(
 		Expect(err).NotTo(HaveOccurred())
 		Expect(string(cg)).To(ContainSubstring(c.State.CgroupPath), "QEMU's cgroups")
 
+		AddReportEntry("cluster-kubevirt-mode-uids", expectNonRootLaunch(namespace(), name))
+
 		By("deleting the VM stops the guest through the driver and removes the pod and its container")
 		deleted := time.Now()
 		Expect(kc.VirtualMachine(namespace()).Delete(ctx, name, metav1.DeleteOptions{})).To(Succeed())

@@ -89,6 +89,11 @@ var _ = Describe("KubeVirt's own virt-handler with the default pod network", Lab
 		links := ipIn(podNS, "-o", "link")
 		Expect(links).To(MatchRegexp(`\d+: tap0[:@]`), "the pod's links")
 		Expect(links).To(MatchRegexp(`\d+: k6t-eth0[:@]`), "the pod's links")
+		// Without the Root feature gate tap0 is the non-root launcher's
+		// (107), which attaches QEMU to it without CAP_NET_ADMIN.
+		tap := ipIn(podNS, "-d", "link", "show", "tap0")
+		Expect(tap).To(MatchRegexp(`\buser 107\b`), "tap0's owner")
+		AddReportEntry("cluster-virt-handler-podnet-uids", expectNonRootLaunch(namespace(), name)+"; tap0: "+strings.Join(strings.Fields(tap), " "))
 		Expect(ipIn(podNS, "-4", "-o", "addr", "show", "dev", "k6t-eth0")).To(ContainSubstring(" 10.0.2.1/24 "), "the masquerade gateway")
 		// Read as virt-handler wrote them: its container's nft (the launcher
 		// image's), in the pod's namespace (compute lacks CAP_NET_ADMIN).

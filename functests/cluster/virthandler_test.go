@@ -44,6 +44,13 @@ var _ = Describe("KubeVirt's own virt-handler on cluster-lite's node", Label("vi
 		vmi, pod, bound := waitVHRunning(ctx, kc, vmi, 4*time.Minute, func() string { return fmt.Sprintf("VMI %s; stack log %s", name, s.logPath) })
 		running := time.Now()
 
+		By("the launcher runs as KubeVirt's non-root user, 107, with no Root feature gate: the VMI's runtimeUser, the pod's securityContext, every process of compute")
+		Expect(vmi.Status.RuntimeUser).To(BeEquivalentTo(107), "virt-controller marks the VMI non-root")
+		Expect(pod.Spec.SecurityContext.RunAsUser).To(HaveValue(BeEquivalentTo(107)))
+		Expect(pod.Spec.SecurityContext.FSGroup).To(HaveValue(BeEquivalentTo(107)))
+		uids := expectNonRootLaunch(namespace(), name)
+		AddReportEntry("cluster-virt-handler-uids", uids)
+
 		By("the VMI's status is virt-handler's: its managedFields, and nothing of the node agent's")
 		managers := managersOf(vmi.ManagedFields)
 		Expect(managers).To(ContainElement("virt-handler"), "managedFields of VMI %s", name)

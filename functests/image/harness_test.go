@@ -11,6 +11,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/crashloop-harness/crashloop/functests/built"
 	"github.com/crashloop-harness/crashloop/functests/launchharness"
@@ -49,31 +50,18 @@ func podman(args ...string) (string, error) {
 // sandbox lacks CAP_SYS_RESOURCE to raise them), --init (catatonit as PID 1), no network
 // (the test VMI has no interface), the guest images and the manifest
 // read-only, the launch folder as the log folder (so the console log is
-// the harness's), no privileges beyond the defaults, and /dev/kvm only
+// the harness's) and the capability cache, both handed to the image's
+// user (":U", as kubelet hands a pod's emptyDir to its fsGroup: the image
+// runs as KubeVirt's qemu, 107), no privileges beyond the defaults, and /dev/kvm only
 // where the node has usable KVM (these nodes have only PVM, so TCG).
-//
-// With uid set (not 0) the container runs as that user and group, as a
-// pod's runAsUser makes it: the launch folder is then that user's, and the
-// capability cache one of its own in it (the suite's shared one is root's).
-func runArgs(dir string, kvm bool, uid int, extra []string) []string {
-	caps := capsCache
-	if uid != 0 {
-		caps = filepath.Join(dir, "caps")
-		Expect(os.Mkdir(caps, 0o700)).To(Succeed())
-		for _, p := range []string{dir, caps} {
-			Expect(os.Chown(p, uid, uid)).To(Succeed())
-		}
-	}
+func runArgs(dir string, kvm bool, extra []string) []string {
 	args := []string{"run", "--rm", "--runtime", "runc", "--log-driver", "passthrough", "--init", "--network", "none",
 		"--cidfile", filepath.Join(dir, "cid"),
 		"--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768",
 		"-v", built.ImageDir() + ":/usr/share/crashloop/images:ro",
 		"-v", filepath.Join(dir, "vmi.yaml") + ":/vmi/vmi.yaml:ro",
-		"-v", dir + ":" + launcherapi.DefaultConsoleDir,
-		"-v", caps + ":" + launcherapi.DefaultCacheDir}
-	if uid != 0 {
-		args = append(args, "--user", itoa(uid)+":"+itoa(uid))
-	}
+		"-v", dir + ":" + launcherapi.DefaultConsoleDir + ":U",
+		"-v", capsCache + ":" + launcherapi.DefaultCacheDir + ":U"}
 	if kvm {
 		args = append(args, "--device", "/dev/kvm")
 	}
@@ -87,19 +75,22 @@ func runArgs(dir string, kvm bool, uid int, extra []string) []string {
 // guest's default: it stays up) with extra podman flags, and waits for the
 // container's ID. Cleanup removes the container by its ID if it is still
 // there, then the harness checks that no QEMU of its domain survives.
-func Run(kernelArgs string, extra ...string) *Container { return RunAs(0, kernelArgs, extra...) }
+func Run(kernelArgs string, extra ...string) *Container { return RunVMI(kernelArgs, nil, extra...) }
 
-// RunAs is Run with the container's user and group set to uid (0: the
-// image's own user).
-func RunAs(user int, kernelArgs string, extra ...string) *Container {
+// RunVMI is Run with edit applied to the VMI first (nil: none).
+func RunVMI(kernelArgs string, edit func(*v1.VirtualMachineInstance), extra ...string) *Container {
 	uid := uuid.NewUUID()
 	name := "img-" + string(uid)[:8]
-	manifest, err := testguest.Manifest(testguest.VMI(testguest.Spec{Name: name, UID: uid, KernelArgs: kernelArgs}))
+	vmi := testguest.VMI(testguest.Spec{Name: name, UID: uid, KernelArgs: kernelArgs})
+	if edit != nil {
+		edit(vmi)
+	}
+	manifest, err := testguest.Manifest(vmi)
 	Expect(err).NotTo(HaveOccurred())
 	kvm := nodeKVM()
 	c := &Container{}
 	c.Launch = launchharness.Start(launchharness.Spec{Name: name, Manifest: manifest,
-		Command: func(dir string) (string, []string) { return "podman", runArgs(dir, kvm, user, extra) },
+		Command: func(dir string) (string, []string) { return "podman", runArgs(dir, kvm, extra) },
 		Stop:    func(*launchharness.Launch) { c.remove() }})
 	cid := filepath.Join(c.Dir, "cid")
 	Eventually(func() string {
@@ -153,38 +144,42 @@ func (c *Container) OOMKills() func() int {
 	return func() int { n, _ := f.Most(); return n }
 }
 
-// qemuUser is KubeVirt's non-root launcher user and group (qemu, 107).
-const qemuUser = 107
-
-// InitChildPID is the host PID of the launcher: the child of the
-// container's init (catatonit, --init).
-func (c *Container) InitChildPID() int {
-	init := c.Inspect("{{.State.Pid}}")
-	b, err := os.ReadFile("/proc/" + init + "/task/" + init + "/children")
-	Expect(err).NotTo(HaveOccurred(), "the children of the container's init %s", init)
-	kids := strings.Fields(string(b))
-	Expect(kids).To(HaveLen(1), "the container's init %s has one child, the launcher", init)
-	pid, err := strconv.Atoi(kids[0])
+// procIDs reads the real, effective, saved and filesystem user and group
+// IDs of a process from /proc/PID/status ("Uid:" and "Gid:" lines).
+func procIDs(pid int) (uids, gids []string) {
+	data, err := os.ReadFile("/proc/" + itoa(pid) + "/status")
 	Expect(err).NotTo(HaveOccurred())
-	return pid
-}
-
-// procUIDs is the Uid line of /proc/PID/status: real, effective, saved and
-// file-system uid.
-func procUIDs(pid int) []int {
-	b, err := os.ReadFile("/proc/" + itoa(pid) + "/status")
-	Expect(err).NotTo(HaveOccurred())
-	for _, line := range strings.Split(string(b), "\n") {
-		if f, ok := strings.CutPrefix(line, "Uid:"); ok {
-			var ids []int
-			for _, s := range strings.Fields(f) {
-				id, err := strconv.Atoi(s)
-				Expect(err).NotTo(HaveOccurred())
-				ids = append(ids, id)
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) == 5 {
+			switch f[0] {
+			case "Uid:":
+				uids = f[1:]
+			case "Gid:":
+				gids = f[1:]
 			}
-			return ids
 		}
 	}
-	Expect(b).To(ContainSubstring("Uid:"), "/proc/%d/status", pid)
-	return nil
+	return uids, gids
+}
+
+// nsProcs lists the processes in the PID namespace of the container's
+// first process (the container's every process: catatonit, the launcher,
+// its reaper, QEMU), with their command names.
+func (c *Container) nsProcs() map[int]string {
+	ns, err := os.Readlink("/proc/" + c.Inspect("{{.State.Pid}}") + "/ns/pid")
+	Expect(err).NotTo(HaveOccurred())
+	entries, err := os.ReadDir("/proc")
+	Expect(err).NotTo(HaveOccurred())
+	procs := map[int]string{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if theirs, err := os.Readlink("/proc/" + e.Name() + "/ns/pid"); err == nil && theirs == ns {
+			comm, _ := os.ReadFile("/proc/" + e.Name() + "/comm")
+			procs[pid] = strings.TrimSpace(string(comm))
+		}
+	}
+	return procs
 }

@@ -2,7 +2,9 @@
 // (localhost/crashloop/virt-launcher:latest, built by `make image`) with
 // podman on the test guest, as KubeVirt runs its launcher in a pod's
 // compute container: unprivileged (runc, explicit rlimits, no /dev/kvm
-// unless the node has usable KVM), events read from the container's
+// unless the node has usable KVM) and as KubeVirt's non-root launcher user
+// (the image's USER, qemu 107:107, which every process of the launch, QEMU
+// included, must run as), events read from the container's
 // stdout. It checks the boot to Running and GuestReady, a graceful stop on
 // SIGTERM, that SIGKILL of the container leaves no QEMU, no container
 // and no folder, and that a memory limit below QEMU's needs gets QEMU

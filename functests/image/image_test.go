@@ -4,10 +4,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+
+	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/qemu"
@@ -24,6 +28,22 @@ func inContainer(pid int) {
 }
 
 var _ = Describe("the launcher image", func() {
+	It("runs as KubeVirt's non-root launcher user, qemu (107:107), by default, its monitor with CAP_NET_BIND_SERVICE as a file capability", func() {
+		user, err := podman("image", "inspect", "--format", "{{.Config.User}}", Image)
+		Expect(err).NotTo(HaveOccurred(), user)
+		Expect(user).To(Equal("107:107"), "the image's configured user")
+		out, err := podman("run", "--rm", "--runtime", "runc", "--network", "none",
+			"--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768", "--entrypoint", "id", Image)
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).To(HavePrefix("uid=107(qemu) gid=107(qemu)"), "id in a container of the image")
+		// As 107, the monitor's DHCP server (KubeVirt's phase 2) binds port
+		// 67 with the file capability KubeVirt's image gives it.
+		out, err = podman("run", "--rm", "--runtime", "runc", "--network", "none",
+			"--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768", "--entrypoint", "getcap", Image, "/usr/bin/virt-launcher-monitor")
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).To(ContainSubstring("cap_net_bind_service=ep"), "the monitor's file capability")
+	})
+
 	It("boots the test guest to Running and GuestReady, unprivileged, and stops gracefully on SIGTERM", func() {
 		c := Run("")
 		sched := c.WaitFor(launcherapi.EventScheduled, 60*time.Second)
@@ -43,6 +63,19 @@ var _ = Describe("the launcher image", func() {
 		pids := qemu.FindQEMU(c.Domain, "")
 		Expect(pids).To(HaveLen(1), "one QEMU of %s", c.Domain)
 		inContainer(pids[0])
+		// Every process of the container, QEMU among them, runs as
+		// KubeVirt's non-root launcher user: no root left in the launch.
+		procs := c.nsProcs()
+		Expect(procs).To(HaveKey(pids[0]), "QEMU is the container's")
+		seen := []string{}
+		for pid, comm := range procs {
+			uids, gids := procIDs(pid)
+			Expect(uids).To(Equal([]string{"107", "107", "107", "107"}), "Uid of %s (%d)", comm, pid)
+			Expect(gids).To(Equal([]string{"107", "107", "107", "107"}), "Gid of %s (%d)", comm, pid)
+			seen = append(seen, fmt.Sprintf("%s(%d) Uid %s", comm, pid, strings.Join(uids, " ")))
+		}
+		sort.Strings(seen)
+		AddReportEntry("image-uids", strings.Join(seen, "; "))
 
 		stop := time.Now()
 		c.Kill("TERM")
@@ -56,19 +89,21 @@ var _ = Describe("the launcher image", func() {
 		Expect(err).To(HaveOccurred(), "--rm must remove container %s", c.ID)
 	})
 
-	It("boots the test guest to GuestReady as KubeVirt's non-root launcher user (107), its QEMU running as 107 too", func() {
-		c := RunAs(qemuUser, "")
-		c.WaitFor(launcherapi.EventRunning, 180*time.Second)
-		ready := c.WaitFor(launcherapi.EventGuestReady, 120*time.Second)
-		Expect(ready.Message).To(ContainSubstring("HARNESS-GUEST-READY"))
+	It("runs a vTPM's swtpm beside QEMU, both as 107", func() {
+		c := RunVMI("", func(vmi *v1.VirtualMachineInstance) { vmi.Spec.Domain.Devices.TPM = &v1.TPMDevice{} })
+		c.WaitFor(launcherapi.EventGuestReady, 180*time.Second)
 		pids := qemu.FindQEMU(c.Domain, "")
 		Expect(pids).To(HaveLen(1), "one QEMU of %s", c.Domain)
-		inContainer(pids[0])
-		for _, pid := range append(pids, c.InitChildPID()) {
-			Expect(procUIDs(pid)).To(Equal([]int{qemuUser, qemuUser, qemuUser, qemuUser}), "real, effective, saved and file-system uid of PID %d", pid)
+		seen := map[string]bool{}
+		for pid, comm := range c.nsProcs() {
+			uids, _ := procIDs(pid)
+			Expect(uids).To(Equal([]string{"107", "107", "107", "107"}), "Uid of %s (%d)", comm, pid)
+			seen[comm] = true
 		}
+		Expect(seen).To(HaveKey("swtpm"), "libvirt's swtpm for the vTPM, in the container")
 		c.Kill("TERM")
-		phase, reason, code := final(c.WaitFor(launcherapi.EventSucceeded, 60*time.Second))
+		end := c.WaitFor(launcherapi.EventSucceeded, 60*time.Second)
+		phase, reason, code := final(end)
 		Expect([]any{phase, reason, code}).To(Equal([]any{"Succeeded", "Stopped", 0}))
 		Expect(c.Exit(60 * time.Second)).To(Equal(0))
 	})

@@ -101,6 +101,10 @@ cp "$launcher" "$ctx/virt-launcher"
 cp "$convert_part" "$ctx/virt-launcher-convert"
 cp "$libvirt_part" "$ctx/virt-launcher-libvirt"
 for b in "${kubevirt_mode[@]}"; do cp "$bin_dir/$b" "$ctx/$b"; done
+# KubeVirt's file capability on the monitor (its DHCP server binds port 67
+# as the image's user, 107); the Containerfile's COPY keeps it.
+command -v setcap >/dev/null || { echo "build.sh: setcap is missing: install libcap2-bin (make image-deps)" >&2; exit 1; }
+setcap cap_net_bind_service=+ep "$ctx/virt-launcher-monitor"
 echo "building $image (libvirt pair $pair, $label=${inputs:0:12})"
 start=$SECONDS
 buildah bud --quiet --isolation chroot --layers --label "$label=$inputs" --build-arg "LIBVIRT_PAIR=$pair" \

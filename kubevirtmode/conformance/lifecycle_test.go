@@ -77,6 +77,14 @@ var _ = Describe("the start/stop path", func() {
 		Expect(d.Spec.Metadata.KubeVirt.GracePeriod.DeletionGracePeriodSeconds).To(Equal(*p.vmi.Spec.TerminationGracePeriodSeconds))
 
 		Expect(p.qemuPIDs()).To(HaveLen(1), "one QEMU runs the domain")
+		// A non-root launcher pod: every process of it, QEMU included,
+		// runs as KubeVirt's qemu user (107).
+		users := p.processUsers()
+		Expect(users).To(HaveKey(ContainSubstring("qemu-system")), "QEMU is the pod's")
+		for proc, uid := range users {
+			Expect(uid).To(Equal("107 107 107 107"), "Uid of %s", proc)
+		}
+		AddReportEntry("uids", fmt.Sprint(users))
 
 		// virt-handler calls Sync on every reconcile: the same domain.
 		Expect(c.SyncVirtualMachine(p.vmi, nil)).To(Succeed())

@@ -128,9 +128,17 @@ func startPod(spec podSpec) *pod {
 	DeferCleanup(p.cleanup)
 	for _, v := range podVolumes {
 		Expect(os.MkdirAll(filepath.Join(root, "volumes", v.name), 0o755)).To(Succeed())
+		if !spec.direct {
+			emptyDirOfNonRootPod(filepath.Join(root, "volumes", v.name))
+		}
 	}
 	Expect(os.MkdirAll(p.handler, 0o755)).To(Succeed())
 	p.public = filepath.Join(root, "volumes", "public")
+	if !spec.direct {
+		// virt-controller's mark of a non-root VMI, which virt-handler
+		// (here handlerside) hands the notify pipe over by.
+		p.vmi.Status.RuntimeUser = nonRootUID
+	}
 	p.startHandler()
 
 	args := computeArgs(p.vmi, spec.qemuTimeout, spec.extra)
@@ -157,17 +165,41 @@ func startPod(spec podSpec) *pod {
 	return p
 }
 
+// nonRootUID is KubeVirt's non-root launcher user and group, qemu (107):
+// virt-controller v1.6.0 renders a launcher pod without the Root feature
+// gate with runAsUser, runAsGroup and fsGroup 107 (template.go
+// computePodSecurityContext) and the XDG folders of nonRootEnv.
+const nonRootUID = 107
+
+// nonRootEnv is the compute container's environment virt-controller
+// renders for a non-root launcher (rendercontainer.go).
+var nonRootEnv = []string{"XDG_CACHE_HOME=/var/run/kubevirt-private", "XDG_CONFIG_HOME=/var/run/kubevirt-private", "XDG_RUNTIME_DIR=/var/run"}
+
+// emptyDirOfNonRootPod leaves dir as kubelet leaves an emptyDir of a pod
+// with fsGroup 107: mode 0777, group 107, setgid.
+func emptyDirOfNonRootPod(dir string) {
+	Expect(os.Chown(dir, -1, nonRootUID)).To(Succeed())
+	Expect(os.Chmod(dir, os.ModeSetgid|0o777)).To(Succeed())
+}
+
 // podmanArgs is `podman run` of the compute container: runc (crun refuses
 // this host's hybrid cgroups), explicit rlimits (no CAP_SYS_RESOURCE), no
 // network (the VMI has no interface), the monitor as PID 1 (no --init: a
-// pod's compute container has none), the emptyDirs as volumes, the guest
-// images read-only and the suite's capability cache.
+// pod's compute container has none), as a non-root launcher pod runs it
+// (user 107:107, fsGroup 107 as a supplemental group, virt-controller's
+// environment), the emptyDirs as volumes, the guest
+// images read-only and the suite's capability cache, handed to 107.
 func (p *pod) podmanArgs(compute, extra []string) []string {
 	p.cid = filepath.Join(p.root, "cid")
+	uid := strconv.Itoa(nonRootUID)
 	args := []string{"run", "--rm", "--runtime", "runc", "--network", "none", "--cidfile", p.cid,
 		"--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768",
+		"--user", uid + ":" + uid, "--group-add", uid,
 		"-v", built.ImageDir() + ":/usr/share/crashloop/images:ro",
-		"-v", capsCache + ":/var/cache/crashloop/qemu-capabilities"}
+		"-v", capsCache + ":/var/cache/crashloop/qemu-capabilities:U"}
+	for _, e := range nonRootEnv {
+		args = append(args, "-e", e)
+	}
 	for _, v := range podVolumes {
 		args = append(args, "-v", filepath.Join(p.root, "volumes", v.name)+":"+v.mount)
 	}
@@ -334,4 +366,39 @@ func (p *pod) qemuPIDs() []string {
 		}
 	}
 	return pids
+}
+
+// processUsers lists every process of the pod's container (those in the
+// PID namespace of its first process: the monitor, our launcher, QEMU)
+// with its real, effective, saved and filesystem user IDs from
+// /proc/PID/status, as "name(pid)" → "uid uid uid uid".
+func (p *pod) processUsers() map[string]string {
+	id, err := os.ReadFile(p.cid)
+	Expect(err).NotTo(HaveOccurred(), "the pod's container ID")
+	pid, err := exec.Command("podman", "inspect", "--format", "{{.State.Pid}}", strings.TrimSpace(string(id))).Output()
+	Expect(err).NotTo(HaveOccurred())
+	ns, err := os.Readlink("/proc/" + strings.TrimSpace(string(pid)) + "/ns/pid")
+	Expect(err).NotTo(HaveOccurred())
+	users := map[string]string{}
+	files, _ := filepath.Glob("/proc/[0-9]*/status")
+	for _, f := range files {
+		if theirs, err := os.Readlink(filepath.Join(filepath.Dir(f), "ns", "pid")); err != nil || theirs != ns {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		var name, uid string
+		for _, line := range strings.Split(string(data), "\n") {
+			if v, ok := strings.CutPrefix(line, "Name:"); ok {
+				name = strings.TrimSpace(v)
+			}
+			if v, ok := strings.CutPrefix(line, "Uid:"); ok {
+				uid = strings.Join(strings.Fields(v), " ")
+			}
+		}
+		users[fmt.Sprintf("%s(%s)", name, filepath.Base(filepath.Dir(f)))] = uid
+	}
+	return users
 }

@@ -66,6 +66,10 @@ func StartNotify(handlerDir, publicDir string, vmi *v1.VirtualMachineInstance) (
 	if err != nil {
 		return nil, fmt.Errorf("notify pipe: %w", err)
 	}
+	if err := handPipeTo(filepath.Join(publicDir, NotifyPipe), vmi); err != nil {
+		pipe.Close()
+		return nil, err
+	}
 	n := &Notify{Events: make(chan watch.Event, 100), Recorder: record.NewFakeRecorder(100),
 		stop: make(chan struct{}), done: make(chan struct{}), pipe: pipe}
 	go func() {
@@ -83,6 +87,21 @@ func StartNotify(handlerDir, publicDir string, vmi *v1.VirtualMachineInstance) (
 		}
 	}()
 	return n, nil
+}
+
+// handPipeTo gives the pipe's socket to a non-root VMI's launcher user,
+// as virt-handler's startDomainNotifyPipe does (SetFileOwnership when
+// status.runtimeUser is not root): connecting to a socket needs write
+// permission on it, which root's socket would deny the launcher.
+func handPipeTo(path string, vmi *v1.VirtualMachineInstance) error {
+	u := vmi.Status.RuntimeUser
+	if u == 0 {
+		return nil
+	}
+	if err := os.Chown(path, int(u), int(u)); err != nil {
+		return fmt.Errorf("notify pipe: handing it to the launcher's user %d: %w", u, err)
+	}
+	return nil
 }
 
 func pipeTo(in net.Conn, target string) {

@@ -170,7 +170,9 @@ func HandlerContainer(node string) string {
 
 // Argv is the command line that runs virt-handler's container in the
 // foreground inside the node namespace (podman run --rm, so that a
-// restart starts afresh): privileged, the node's PID namespace, the
+// restart starts afresh): as root (the image's own user is the
+// launcher's, 107; virt-handler's DaemonSet runs as root), privileged,
+// the node's PID namespace, the
 // stack's network namespace, the DaemonSet's volumes at its paths, and
 // its command line, with --kubelet-pods-dir at the node's own pods folder,
 // which is mounted at that same path: virt-chroot mounts containerDisks
@@ -184,7 +186,7 @@ func (h HandlerPod) Argv(label string) []string {
 	pods := h.Node.PodsDir()
 	certs := filepath.Dir(h.Certs["tls.crt"])
 	args := []string{"podman", "run", "--rm", "--pull", "never", "--name", HandlerContainer(h.NodeName), "--runtime", "runc",
-		"--privileged", "--pid", "host", "--network", "ns:" + h.Node.NetNS(),
+		"--user", "0:0", "--privileged", "--pid", "host", "--network", "ns:" + h.Node.NetNS(),
 		"--label", label, "--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768",
 		"-v", filepath.Join(h.BinDir, "virt-handler") + ":/usr/bin/virt-handler:ro",
 		"-v", filepath.Join(h.BinDir, "virt-chroot") + ":/usr/bin/virt-chroot:ro",
@@ -266,13 +268,3 @@ func RemoveNodeLeftovers(ctx context.Context, label string, log *slog.Logger) er
 	}
 	return nil
 }
-
-// HandlerManifestArgs are kubevirt-manifests' flags for a stack with
-// KubeVirt's own virt-handler: the KubeVirt CR's Root feature gate.
-// Launchers then run as root, so virt-handler's phase-1 network setup
-// makes the pod's tap0 owned by root (LibvirtUserAndGroupId) instead of
-// 107, the user of a non-root launcher (pkg/network/setup/netconf.go).
-// The node agent runs compute as the image's root without CAP_NET_ADMIN
-// (runAsUser is not honoured yet), and the kernel lets only the tap's
-// owner, or CAP_NET_ADMIN, attach to a tap device.
-func HandlerManifestArgs() []string { return []string{"--feature-gates", "Root"} }

@@ -87,11 +87,26 @@ type Pod struct {
 	// Mounts are the pod's volumes, bind-mounted read-write into the
 	// container (a KubeVirt launcher pod's emptyDirs).
 	Mounts []Mount
+	// RunAs is who the container's processes run as, from the pod's
+	// securityContext; the zero value is the image's own user. A process
+	// runtime ignores it: its launchers run as the caller.
+	RunAs RunAs
 	// Entrypoint, when set, is the container's own command (the pod's
 	// compute command, Args its arguments): it replaces the image's entry
 	// point and runs as the container's PID 1, with no init before it, as
 	// in a pod. Empty: the image's entry point under an init.
 	Entrypoint string
+}
+
+// RunAs is a container's user and groups, as kubelet reads them from the
+// pod's and the container's securityContext (the container's wins):
+// runAsUser and runAsGroup, and the supplemental groups every container
+// of the pod gets (fsGroup first, then supplementalGroups).
+type RunAs struct {
+	// UID and GID are runAsUser and runAsGroup; nil is the image's.
+	UID, GID *int64
+	// Groups are supplemental group IDs added to the process.
+	Groups []int64
 }
 
 // Mount is one host folder bind-mounted into a container.

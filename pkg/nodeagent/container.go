@@ -205,6 +205,11 @@ func (c *container) launch(ctx context.Context, cfg *Config, rt Runtime, vmi *v1
 	if err := os.MkdirAll(string(c.dir), 0o700); err != nil {
 		return fmt.Errorf("creating launcher folder: %w", err)
 	}
+	// A container of the pod's user writes its console log there.
+	runAs := runAsOf(c.pod, computeOf(c.pod))
+	if err := handTo(string(c.dir), runAs); err != nil {
+		return err
+	}
 	data, err := launcherManifest(vmi)
 	if err != nil {
 		return fmt.Errorf("encoding VMI %s: %w", c.vmiKey, err)
@@ -225,7 +230,7 @@ func (c *container) launch(ctx context.Context, cfg *Config, rt Runtime, vmi *v1
 	run, err := rt.Start(ctx, launchrt.Spec{Path: cfg.LauncherPath, Args: args, Dir: string(c.dir),
 		Stdout: out, StderrFile: c.dir.Log(), Truncate: true,
 		Pod: launchrt.Pod{Namespace: c.podKey.Namespace, Name: c.podKey.Name, UID: string(c.podUID), Node: cfg.NodeName,
-			Image: c.image, ReadOnly: cfg.ReadOnlyMounts, Resources: c.res},
+			Image: c.image, ReadOnly: cfg.ReadOnlyMounts, Resources: c.res, RunAs: runAs},
 	})
 	if err != nil {
 		events.Close()

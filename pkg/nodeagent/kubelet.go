@@ -159,6 +159,14 @@ func (m *KubeletMode) prepare(ctx context.Context, pod *k8sv1.Pod) error {
 				return fmt.Errorf("creating emptyDir %s: %w", v.Name, err)
 			}
 			_ = os.Chmod(m.emptyDir(pod, v.Name), 0o777)
+			if err := setVolumeOwnership(m.emptyDir(pod, v.Name), fsGroupOf(pod)); err != nil {
+				return fmt.Errorf("emptyDir %s: %w", v.Name, err)
+			}
+		}
+	}
+	if c := computeOf(pod); c != nil {
+		if err := prepareUserCacheDir(m.CacheDir, runAsOf(pod, c)); err != nil {
+			return err
 		}
 	}
 	images := map[string]bool{}
@@ -325,6 +333,8 @@ func (m *KubeletMode) runArgs(ctx context.Context, node string, pod *k8sv1.Pod, 
 	if sc := ctr.SecurityContext; sc != nil && sc.Privileged != nil && *sc.Privileged {
 		args = append(args, "--privileged")
 	}
+	runAs := runAsOf(pod, &ctr)
+	args = append(args, podmanRunAs(runAs)...)
 	emptyDirs := map[string]bool{}
 	for _, v := range pod.Spec.Volumes {
 		emptyDirs[v.Name] = v.EmptyDir != nil
@@ -357,7 +367,7 @@ func (m *KubeletMode) runArgs(ctx context.Context, node string, pod *k8sv1.Pod, 
 		// (container-disks/), as KubeVirt's launcher does, so a missing
 		// mount fails the start instead of falling back unseen.
 		if m.CacheDir != "" {
-			args = append(args, "-v", m.CacheDir+":"+launcherapi.DefaultCacheDir)
+			args = append(args, "-v", userCacheDir(m.CacheDir, runAs)+":"+launcherapi.DefaultCacheDir)
 		}
 	}
 	for _, e := range ctr.Env {

@@ -104,6 +104,9 @@ func (c *container) launchKubeVirt(ctx context.Context, cfg *Config, rt, procs R
 		if err := os.MkdirAll(host, 0o755); err != nil {
 			return fmt.Errorf("creating volume %s of the pod: %w", v.name, err)
 		}
+		if err := setVolumeOwnership(host, fsGroupOf(c.pod)); err != nil {
+			return fmt.Errorf("volume %s of the pod: %w", v.name, err)
+		}
 		mounts = append(mounts, launchrt.Mount{Host: host, Container: v.mountPath})
 	}
 	if err := os.MkdirAll(handler, 0o700); err != nil {
@@ -129,7 +132,8 @@ func (c *container) launchKubeVirt(ctx context.Context, cfg *Config, rt, procs R
 	compute, err := rt.Start(ctx, launchrt.Spec{Path: c.layout.command[0], Args: c.layout.command[1:], Dir: dir,
 		Stdout: computeLog, Stderr: computeLog,
 		Pod: launchrt.Pod{Namespace: c.podKey.Namespace, Name: c.podKey.Name, UID: string(c.podUID), Node: cfg.NodeName,
-			Image: c.image, Resources: c.res, Mounts: mounts, Entrypoint: c.layout.command[0]},
+			Image: c.image, Resources: c.res, Mounts: mounts, Entrypoint: c.layout.command[0],
+			RunAs: runAsOf(c.pod, computeOf(c.pod))},
 	})
 	if err != nil {
 		events.Close()

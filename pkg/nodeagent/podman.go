@@ -96,7 +96,9 @@ func ContainerName(namespace, pod, uid string) string {
 // PID 1 as in a pod), no network (the test guests have none; QEMU's user network
 // needs none), explicit rlimits (these sandboxes lack CAP_SYS_RESOURCE to
 // raise them), the pod folder read-write and the guest images read-only
-// at the same paths, the pod's volumes, the capability cache, /dev/kvm where usable, and the
+// at the same paths, the pod's volumes, the capability cache (the user's
+// own sub-folder when the pod names a user), the pod's user and groups
+// (--user, --group-add), /dev/kvm where usable, and the
 // compute container's resources as kubelet maps them: the memory limit as
 // the memory cgroup's limit with no swap beyond it, the CPU limit as a CFS
 // quota (--cpus), the CPU request as CPU shares.
@@ -130,8 +132,9 @@ func (r *Podman) RunArgs(spec launchrt.Spec) []string {
 		args = append(args, "-v", d+":"+d+":ro")
 	}
 	if r.CacheDir != "" {
-		args = append(args, "-v", r.CacheDir+":"+launcherapi.DefaultCacheDir)
+		args = append(args, "-v", userCacheDir(r.CacheDir, pod.RunAs)+":"+launcherapi.DefaultCacheDir)
 	}
+	args = append(args, podmanRunAs(pod.RunAs)...)
 	if r.KVM {
 		args = append(args, "--device", "/dev/kvm")
 	}
@@ -213,6 +216,9 @@ func (r *Podman) Start(_ context.Context, spec launchrt.Spec) (launchrt.Launcher
 		// A container that logs only on stderr (KubeVirt's monitor) is
 		// seen running, and followed, from its first line there.
 		errOut = &oomReadingWriter{c: c, next: spec.Stderr}
+	}
+	if err := prepareUserCacheDir(r.CacheDir, spec.Pod.RunAs); err != nil {
+		return nil, err
 	}
 	// The client is a bare process: the process runtime runs it.
 	client := launchrt.Process{Spawner: r.Spawner}

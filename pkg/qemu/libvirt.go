@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 
 	"libvirt.org/go/libvirt"
 )
@@ -33,31 +32,29 @@ func StartEventLoop(ctx context.Context) error {
 // driver runs inside the calling process and keeps all state under root.
 func EmbedURI(root string) string { return "qemu:///embed?root=" + root }
 
-// embedQEMUConf is the embedded driver's qemu.conf for a launcher running
-// as uid:gid: QEMU runs as the launcher's own user (root, or a non-root
-// user such as KubeVirt's qemu, 107, in the launcher image), without
-// relabelling files: QEMU must read its own key files under the root,
-// images shared by many launchers must not be chowned back and forth
-// (libvirt's remember_owner would otherwise refuse a file "already in use"),
-// and a non-root launcher may not chown at all (libvirt would fail making
-// its own state folders: "Failed to create dbus state dir ...: Operation
-// not permitted").
+// embedQEMUConf is the per-VMI qemu.conf of the embedded driver: QEMU runs
+// as the launcher's own user and group (root when the launcher is root;
+// KubeVirt's qemu, 107, when the image runs as it), and no file is
+// relabelled: QEMU must read its own key files under the root, which the
+// launcher made, and images shared by many launchers must not be chowned
+// back and forth (libvirt's remember_owner would otherwise refuse a file
+// "already in use"). An unprivileged launcher could not switch to another
+// user anyway. libvirt reads "+N" as the numeric ID N, so the IDs need no
+// name in the image's /etc/passwd.
+//
+// swtpm (a vTPM) runs as QEMU does. As root the file says so (libvirt's
+// default user, tss, could not read state that root made, such as
+// swtpm_setup's local CA); unprivileged it must say nothing: libvirt then
+// starts swtpm_setup and swtpm as the caller, whereas naming a user, even
+// the caller's own, makes it call setgroups(), which only a process with
+// CAP_SETGID may ("Could not run '/usr/bin/swtpm_setup'. exitstatus: 125").
 func embedQEMUConf(uid, gid int) string {
-	user, group := "root", "root"
-	if uid != 0 {
-		user = "+" + strconv.Itoa(uid)
+	ids := "user = \"root\"\ngroup = \"root\"\nswtpm_user = \"root\"\nswtpm_group = \"root\"\n"
+	if uid != 0 || gid != 0 {
+		ids = fmt.Sprintf("user = \"+%d\"\ngroup = \"+%d\"\n", uid, gid)
 	}
-	if gid != 0 {
-		group = "+" + strconv.Itoa(gid)
-	}
-	return fmt.Sprintf(`# written by virt-launcher for its embedded libvirt
-user = "%[1]s"
-group = "%[2]s"
-# swtpm (a vTPM) runs as QEMU does; libvirt's default user, tss, could not
-# read state that the launcher made (swtpm_setup's local CA).
-swtpm_user = "%[1]s"
-swtpm_group = "%[2]s"
-dynamic_ownership = 0
+	return `# written by virt-launcher for its embedded libvirt
+` + ids + `dynamic_ownership = 0
 remember_owner = 0
 stdio_handler = "file"
 # As KubeVirt's launcher: no per-domain mount namespace (it needs
@@ -65,7 +62,7 @@ stdio_handler = "file"
 # pod or the controller's cgroup confines QEMU. Together they save ~25 ms a start.
 namespaces = [ ]
 cgroup_controllers = [ ]
-`, user, group)
+`
 }
 
 // capsDir is where the QEMU driver keeps its capability cache under a root.
@@ -74,26 +71,9 @@ func capsDir(root string) string { return filepath.Join(root, "cache", "qemu", "
 // PrepareEmbedRoot lays out a fresh embedded-driver root and seeds its QEMU
 // capability cache from cacheDir (when non-empty), so that the driver does
 // not probe QEMU again (several seconds) on every launch.
-//
-// A non-root launcher's libvirt keeps per-user state under XDG_CACHE_HOME,
-// XDG_CONFIG_HOME and XDG_RUNTIME_DIR, by default in $HOME, which in a
-// launcher image (KubeVirt's qemu user, 107) may not exist or be shared
-// between launchers: those variables of this process then name folders
-// under root, so that the state stays with the domain's and goes with it.
 func PrepareEmbedRoot(root, cacheDir string) error {
 	if err := os.MkdirAll(filepath.Join(root, "etc"), 0o700); err != nil {
 		return fmt.Errorf("creating libvirt root: %w", err)
-	}
-	if os.Geteuid() != 0 {
-		for _, v := range []struct{ env, dir string }{{"XDG_CACHE_HOME", "user-cache"}, {"XDG_CONFIG_HOME", "user-config"}, {"XDG_RUNTIME_DIR", "user-run"}} {
-			dir := filepath.Join(root, v.dir)
-			if err := os.MkdirAll(dir, 0o700); err != nil {
-				return fmt.Errorf("creating libvirt's per-user folder: %w", err)
-			}
-			if err := os.Setenv(v.env, dir); err != nil {
-				return fmt.Errorf("setting %s for libvirt: %w", v.env, err)
-			}
-		}
 	}
 	if err := os.WriteFile(filepath.Join(root, "etc", "qemu.conf"), []byte(embedQEMUConf(os.Geteuid(), os.Getegid())), 0o600); err != nil {
 		return fmt.Errorf("writing qemu.conf: %w", err)
