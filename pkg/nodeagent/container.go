@@ -217,6 +217,10 @@ func (c *container) launch(ctx context.Context, cfg *Config, rt Runtime, vmi *v1
 	if err := os.WriteFile(c.dir.Manifest(), data, 0o600); err != nil {
 		return fmt.Errorf("writing VMI manifest: %w", err)
 	}
+	// Owner-only, so the launcher that reads it must own it.
+	if err := handTo(c.dir.Manifest(), runAs); err != nil {
+		return err
+	}
 	// The runtime opens the launcher's log by path (O_CREATE, 0644) and
 	// keeps the mode of a file that exists: made here, it is owner-only.
 	if err := ownerOnlyFile(c.dir.Log()); err != nil {

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"testing"
 
+	k8sv1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	v1 "kubevirt.io/api/core/v1"
@@ -62,6 +63,32 @@ func TestLaunchFolderIsOwnerOnly(t *testing.T) {
 		}
 		if fi.Mode().Perm() != want {
 			t.Errorf("%s: mode %v, want %v", p, fi.Mode().Perm(), want)
+		}
+	}
+}
+
+// TestLaunchFolderIsThePodUsers: when the pod names a user (KubeVirt's
+// non-root launcher pod: runAsUser 107), the launch folder and the
+// owner-only VMI in it are that user's, so the launcher running as it can
+// read the VMI and write beside it.
+func TestLaunchFolderIsThePodUsers(t *testing.T) {
+	dir := launcherapi.Dir(filepath.Join(t.TempDir(), "pods", "default_virt-launcher-vm"))
+	qemu := int64(107)
+	pod := &k8sv1.Pod{Spec: k8sv1.PodSpec{SecurityContext: &k8sv1.PodSecurityContext{RunAsUser: &qemu, FSGroup: &qemu},
+		Containers: []k8sv1.Container{{Name: computeContainer}}}}
+	c := &container{podKey: types.NamespacedName{Namespace: "default", Name: "virt-launcher-vm"}, vmiKey: types.NamespacedName{Namespace: "default", Name: "vm"}, dir: dir, pod: pod}
+	cfg := &Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LauncherPath: "/nonexistent/virt-launcher"}
+	vmi := &v1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: "vm", Namespace: "default"}}
+	if err := c.launch(context.Background(), cfg, outputsRuntime{}, vmi, func() {}); err == nil {
+		t.Fatal("launch succeeded with a runtime that refuses")
+	}
+	for _, p := range []string{string(dir), dir.Manifest()} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := fi.Sys().(*syscall.Stat_t); st.Uid != 107 || st.Gid != 107 {
+			t.Errorf("%s: owned by %d:%d, want 107:107 (the pod's runAsUser and fsGroup)", p, st.Uid, st.Gid)
 		}
 	}
 }
