@@ -175,3 +175,20 @@ func Remove(dir string, names ...string) error {
 	defer root.Close()
 	return root.Remove(rel)
 }
+
+// OwnerOnly returns an error unless path is as the launcher makes what
+// holds a VMI: a folder of mode 0700 or any other file of mode 0600.
+func OwnerOnly(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	want := fs.FileMode(0o600)
+	if fi.IsDir() {
+		want = 0o700
+	}
+	if got := fi.Mode().Perm(); got != want {
+		return fmt.Errorf("%s: mode %v, want %v", path, got, want)
+	}
+	return nil
+}

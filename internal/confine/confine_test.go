@@ -106,3 +106,33 @@ func TestOpenFile(t *testing.T) {
 		t.Errorf("a new log: %v %v, want mode 0600", fi, err)
 	}
 }
+
+func TestOwnerOnly(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		dir  bool
+		mode os.FileMode
+		ok   bool
+	}{{"f600", false, 0o600, true}, {"f644", false, 0o644, false}, {"d700", true, 0o700, true}, {"d755", true, 0o755, false}, {"d600", true, 0o600, false}} {
+		p := filepath.Join(dir, tc.name)
+		var err error
+		if tc.dir {
+			err = os.Mkdir(p, tc.mode)
+		} else {
+			err = os.WriteFile(p, nil, tc.mode)
+		}
+		if err == nil {
+			err = os.Chmod(p, tc.mode)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := OwnerOnly(p); (got == nil) != tc.ok {
+			t.Errorf("%s: OwnerOnly = %v, want ok %v", tc.name, got, tc.ok)
+		}
+	}
+	if OwnerOnly(filepath.Join(dir, "missing")) == nil {
+		t.Error("a missing file is owner-only")
+	}
+}

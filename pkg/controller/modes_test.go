@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/crashloop-harness/crashloop/internal/confine"
 )
 
 // TestLauncherFilesAreOwnerOnly: the launch folder, the VMI written in it
@@ -26,16 +28,8 @@ func TestLauncherFilesAreOwnerOnly(t *testing.T) {
 	stdout.Close()
 	stderr.Close()
 	for _, p := range []string{state, filepath.Join(state, "vms"), filepath.Join(state, "launchers"), string(dir), filepath.Dir(string(dir)), dir.Manifest(), dir.Events(), dir.Log()} {
-		fi, err := os.Stat(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := fs.FileMode(0o600)
-		if fi.IsDir() {
-			want = 0o700
-		}
-		if fi.Mode().Perm() != want {
-			t.Errorf("%s: mode %v, want %v", p, fi.Mode().Perm(), want)
+		if err := confine.OwnerOnly(p); err != nil {
+			t.Error(err)
 		}
 	}
 }

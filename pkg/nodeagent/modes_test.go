@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	v1 "kubevirt.io/api/core/v1"
 
+	"github.com/crashloop-harness/crashloop/internal/confine"
 	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/launchrt"
 )
@@ -53,16 +53,8 @@ func TestLaunchFolderIsOwnerOnly(t *testing.T) {
 		t.Fatal("launch succeeded with a runtime that refuses")
 	}
 	for _, p := range []string{string(dir), dir.Manifest(), dir.Events(), dir.Log()} {
-		fi, err := os.Stat(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := fs.FileMode(0o600)
-		if fi.IsDir() {
-			want = 0o700
-		}
-		if fi.Mode().Perm() != want {
-			t.Errorf("%s: mode %v, want %v", p, fi.Mode().Perm(), want)
+		if err := confine.OwnerOnly(p); err != nil {
+			t.Error(err)
 		}
 	}
 }
