@@ -18,11 +18,11 @@ package admission
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	v1 "kubevirt.io/api/core/v1"
+
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 )
 
 // Input is what Admit looks at.
@@ -70,7 +70,7 @@ func (c Cause) String() string {
 	if !c.HasValue {
 		return "field " + c.Field + ": " + c.Msg
 	}
-	return "field " + c.Field + ": " + Quote(c.Value) + ": " + c.Msg
+	return "field " + c.Field + ": " + launcherapi.Quote(c.Value) + ": " + c.Msg
 }
 
 // Detail is the message without the field, for callers with their own
@@ -79,7 +79,7 @@ func (c Cause) Detail() string {
 	if !c.HasValue {
 		return c.Msg
 	}
-	return Quote(c.Value) + ": " + c.Msg
+	return launcherapi.Quote(c.Value) + ": " + c.Msg
 }
 
 // Error is admission's refusal: every cause, the first maxLines of them
@@ -104,22 +104,6 @@ func (e *Error) Lines() []string {
 		out = append(out, c.String())
 	}
 	return out
-}
-
-// QuoteMax is how many bytes of a refused value a message quotes.
-const QuoteMax = 200
-
-// Quote quotes s as %q does, cut to QuoteMax bytes on a rune boundary and
-// followed by its length when longer.
-func Quote(s string) string {
-	if len(s) <= QuoteMax {
-		return strconv.Quote(s)
-	}
-	n := QuoteMax
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return strconv.Quote(s[:n]) + fmt.Sprintf("… (%d bytes)", len(s))
 }
 
 // causes collects refusals.

@@ -218,11 +218,11 @@ func TestTopologyCannotOverflow(t *testing.T) {
 // TestQuote: short values whole, long ones cut on a rune boundary with
 // their length.
 func TestQuote(t *testing.T) {
-	if got := Quote("a,b"); got != `"a,b"` {
-		t.Errorf("Quote(a,b) = %s", got)
+	if got := launcherapi.Quote("a,b"); got != `"a,b"` {
+		t.Errorf("launcherapi.Quote(a,b) = %s", got)
 	}
-	got := Quote(strings.Repeat("é", 300))
+	got := launcherapi.Quote(strings.Repeat("é", 300))
 	if !strings.HasSuffix(got, "… (600 bytes)") || strings.Contains(got, `\x`) || len(got) > 230 {
-		t.Errorf("Quote(600 bytes) = %s", got)
+		t.Errorf("launcherapi.Quote(600 bytes) = %s", got)
 	}
 }

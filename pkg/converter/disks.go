@@ -16,6 +16,7 @@ import (
 	"github.com/crashloop-harness/crashloop/internal/confine"
 	"github.com/crashloop-harness/crashloop/pkg/admission"
 	"github.com/crashloop-harness/crashloop/pkg/cloudinit"
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 	"github.com/crashloop-harness/crashloop/pkg/overlay"
 )
 
@@ -30,15 +31,15 @@ func setDisks(ctx context.Context, dom *libvirtxml.Domain, vmi *v1.VirtualMachin
 		field := fmt.Sprintf("spec.domain.devices.disks[%d]", i)
 		v, ok := volumes[d.Name]
 		if !ok {
-			return &SpecError{Field: field + ".name", Msg: fmt.Sprintf("no volume named %s in spec.volumes", admission.Quote(d.Name))}
+			return &SpecError{Field: field + ".name", Msg: fmt.Sprintf("no volume named %s in spec.volumes", launcherapi.Quote(d.Name))}
 		}
 		if used[d.Name] {
-			return &SpecError{Field: field + ".name", Msg: fmt.Sprintf("volume %s is used by two disks", admission.Quote(d.Name))}
+			return &SpecError{Field: field + ".name", Msg: fmt.Sprintf("volume %s is used by two disks", launcherapi.Quote(d.Name))}
 		}
 		used[d.Name] = true
 		if msg := admission.SerialError(d.Serial); msg != "" {
 			// The serial reaches QEMU through libvirt: KubeVirt's rule.
-			return &SpecError{Field: field + ".serial", Msg: admission.Quote(d.Serial) + ": " + field + " " + msg}
+			return &SpecError{Field: field + ".serial", Msg: launcherapi.Quote(d.Serial) + ": " + field + " " + msg}
 		}
 		kind, err := diskKindOf(d, field)
 		if err != nil {
@@ -53,7 +54,7 @@ func setDisks(ctx context.Context, dom *libvirtxml.Domain, vmi *v1.VirtualMachin
 	}
 	for i, v := range vmi.Spec.Volumes {
 		if !used[v.Name] {
-			return &SpecError{Field: fmt.Sprintf("spec.volumes[%d]", i), Msg: fmt.Sprintf("volume %s is not used by any disk in spec.domain.devices.disks", admission.Quote(v.Name))}
+			return &SpecError{Field: fmt.Sprintf("spec.volumes[%d]", i), Msg: fmt.Sprintf("volume %s is not used by any disk in spec.domain.devices.disks", launcherapi.Quote(v.Name))}
 		}
 	}
 	return nil
@@ -78,7 +79,7 @@ func volumesByName(vmi *v1.VirtualMachineInstance) (map[string]*v1.Volume, map[s
 	for i := range vmi.Spec.Volumes {
 		v := &vmi.Spec.Volumes[i]
 		if _, dup := volumes[v.Name]; dup {
-			return nil, nil, &SpecError{Field: fmt.Sprintf("spec.volumes[%d].name", i), Msg: fmt.Sprintf("duplicate volume name %s", admission.Quote(v.Name))}
+			return nil, nil, &SpecError{Field: fmt.Sprintf("spec.volumes[%d].name", i), Msg: fmt.Sprintf("duplicate volume name %s", launcherapi.Quote(v.Name))}
 		}
 		volumes[v.Name], index[v.Name] = v, i
 	}
@@ -127,7 +128,7 @@ func diskKindOf(d v1.Disk, field string) (diskKind, error) {
 		if device == "cdrom" {
 			allowed = "sata"
 		}
-		return diskKind{}, &SpecError{Field: busField, Msg: fmt.Sprintf("%s is not supported (allowed: %s)", admission.Quote(string(bus)), allowed)}
+		return diskKind{}, &SpecError{Field: busField, Msg: fmt.Sprintf("%s is not supported (allowed: %s)", launcherapi.Quote(string(bus)), allowed)}
 	}
 	return diskKind{device: device, bus: bus, prefix: prefix, readonly: readonly}, nil
 }
@@ -230,13 +231,13 @@ func diskSource(ctx context.Context, vmi *v1.VirtualMachineInstance, v *v1.Volum
 			}
 		case v1.HostDiskExistsOrCreate:
 			if !filepath.IsAbs(hd.Path) {
-				return source{}, &SpecError{Field: field + ".hostDisk.path", Msg: fmt.Sprintf("%s is not an absolute path", admission.Quote(hd.Path))}
+				return source{}, &SpecError{Field: field + ".hostDisk.path", Msg: fmt.Sprintf("%s is not an absolute path", launcherapi.Quote(hd.Path))}
 			}
 			if err := createSparse(hd.Path, hd.Capacity.Value(), opts.DryRun); err != nil {
 				return source{}, &SpecError{Field: field + ".hostDisk", Msg: err.Error()}
 			}
 		default:
-			return source{}, &SpecError{Field: field + ".hostDisk.type", Msg: fmt.Sprintf("%s is not allowed (allowed: Disk, DiskOrCreate)", admission.Quote(string(hd.Type)))}
+			return source{}, &SpecError{Field: field + ".hostDisk.type", Msg: fmt.Sprintf("%s is not allowed (allowed: Disk, DiskOrCreate)", launcherapi.Quote(string(hd.Type)))}
 		}
 		// KubeVirt attaches a host disk as raw: the guest writes it.
 		return source{path: hd.Path, format: "raw"}, nil

@@ -182,7 +182,7 @@ func newDomain(vmi *v1.VirtualMachineInstance, accel Accel) *libvirtxml.Domain {
 // machine type (pc unless the VMI names another pc or q35 one).
 func setMachine(dom *libvirtxml.Domain, spec *v1.VirtualMachineInstanceSpec, accel Accel, notes *[]string) error {
 	if a := spec.Architecture; a != "" && a != "amd64" {
-		return &SpecError{Field: "spec.architecture", Msg: fmt.Sprintf("%s is not supported (allowed: amd64, the host's)", admission.Quote(a))}
+		return &SpecError{Field: "spec.architecture", Msg: fmt.Sprintf("%s is not supported (allowed: amd64, the host's)", launcherapi.Quote(a))}
 	}
 	if err := setCPU(dom, spec.Domain.CPU, accel); err != nil {
 		return err
@@ -194,7 +194,7 @@ func setMachine(dom *libvirtxml.Domain, spec *v1.VirtualMachineInstanceSpec, acc
 	if spec.Domain.Machine != nil && spec.Domain.Machine.Type != "" {
 		machine = spec.Domain.Machine.Type
 		if !(machine == "pc" || machine == "q35" || strings.HasPrefix(machine, "pc-i440fx-") || strings.HasPrefix(machine, "pc-q35-")) {
-			return &SpecError{Field: "spec.domain.machine.type", Msg: fmt.Sprintf("%s is not supported (allowed: pc, q35, pc-i440fx-*, pc-q35-*)", admission.Quote(machine))}
+			return &SpecError{Field: "spec.domain.machine.type", Msg: fmt.Sprintf("%s is not supported (allowed: pc, q35, pc-i440fx-*, pc-q35-*)", launcherapi.Quote(machine))}
 		}
 	}
 	dom.OS = &libvirtxml.DomainOS{Type: &libvirtxml.DomainOSType{Type: "hvm", Arch: "x86_64", Machine: machine}}
@@ -326,7 +326,7 @@ func setCPU(dom *libvirtxml.Domain, cpu *v1.CPU, accel Accel) error {
 			// every host. libvirt reads the guest CPU back at start either
 			// way (one qom-get per feature, ~250 ms here; see the README).
 		default:
-			return &SpecError{Field: "spec.domain.cpu.model", Msg: fmt.Sprintf("%s is not supported (allowed: host-model, KubeVirt's default)", admission.Quote(cpu.Model))}
+			return &SpecError{Field: "spec.domain.cpu.model", Msg: fmt.Sprintf("%s is not supported (allowed: host-model, KubeVirt's default)", launcherapi.Quote(cpu.Model))}
 		}
 	}
 	t, err := admission.Topology(cpu)

@@ -47,7 +47,7 @@ func setInterfaces(dom *libvirtxml.Domain, spec *v1.VirtualMachineInstanceSpec, 
 		// MAC address into -device: only what admission allows, the MAC
 		// address as parsed.
 		if msg := admission.InterfaceNameError(iface.Name); msg != "" {
-			return nil, &SpecError{Field: field + ".name", Msg: admission.Quote(iface.Name) + ": " + msg}
+			return nil, &SpecError{Field: field + ".name", Msg: launcherapi.Quote(iface.Name) + ": " + msg}
 		}
 		mac, err := nicMAC(iface.MacAddress, field)
 		if err != nil {
@@ -55,7 +55,7 @@ func setInterfaces(dom *libvirtxml.Domain, spec *v1.VirtualMachineInstanceSpec, 
 		}
 		n, ok := networks[iface.Name]
 		if !ok {
-			return nil, &SpecError{Field: field + ".name", Msg: fmt.Sprintf("no network named %s in spec.networks", admission.Quote(iface.Name))}
+			return nil, &SpecError{Field: field + ".name", Msg: fmt.Sprintf("no network named %s in spec.networks", launcherapi.Quote(iface.Name))}
 		}
 		if err := checkBinding(iface, n, field); err != nil {
 			return nil, err
@@ -93,14 +93,14 @@ func setInterfaces(dom *libvirtxml.Domain, spec *v1.VirtualMachineInstanceSpec, 
 // (lower-case hex, ':'), or "" for none: never the manifest's text.
 func nicMAC(s, field string) (string, error) {
 	if msg := admission.MACError(s); msg != "" {
-		return "", &SpecError{Field: field + ".macAddress", Msg: admission.Quote(s) + ": " + msg}
+		return "", &SpecError{Field: field + ".macAddress", Msg: launcherapi.Quote(s) + ": " + msg}
 	}
 	if s == "" {
 		return "", nil
 	}
 	mac, err := net.ParseMAC(s)
 	if err != nil {
-		return "", &SpecError{Field: field + ".macAddress", Msg: admission.Quote(s) + ": " + err.Error()}
+		return "", &SpecError{Field: field + ".macAddress", Msg: launcherapi.Quote(s) + ": " + err.Error()}
 	}
 	return mac.String(), nil
 }
@@ -137,7 +137,7 @@ func nicModel(iface v1.Interface, spec *v1.VirtualMachineInstanceSpec, field str
 	}
 	qemuModel, ok := map[string]string{"virtio": "virtio-net-pci", "e1000": "e1000", "e1000e": "e1000e", "rtl8139": "rtl8139"}[model]
 	if !ok {
-		return "", "", &SpecError{Field: field + ".model", Msg: fmt.Sprintf("%s is not supported (allowed: virtio, e1000, e1000e, rtl8139)", admission.Quote(model))}
+		return "", "", &SpecError{Field: field + ".model", Msg: fmt.Sprintf("%s is not supported (allowed: virtio, e1000, e1000e, rtl8139)", launcherapi.Quote(model))}
 	}
 	if model == "virtio" {
 		model = "virtio-non-transitional"
@@ -216,7 +216,7 @@ func forwardedNetdev(iface v1.Interface, field string, hostPort func(string, int
 			proto = "TCP"
 		}
 		if proto != "TCP" && proto != "UDP" {
-			return "", nil, &SpecError{Field: pf + ".protocol", Msg: fmt.Sprintf("%s is not supported (allowed: TCP, UDP)", admission.Quote(p.Protocol))}
+			return "", nil, &SpecError{Field: pf + ".protocol", Msg: fmt.Sprintf("%s is not supported (allowed: TCP, UDP)", launcherapi.Quote(p.Protocol))}
 		}
 		if p.Port < 1 || p.Port > 65535 {
 			return "", nil, &SpecError{Field: pf + ".port", Msg: fmt.Sprintf("%d is not a port (1-65535)", p.Port)}

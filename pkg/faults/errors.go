@@ -3,9 +3,9 @@ package faults
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 )
 
 // The kinds of parse error. Every *Error wraps exactly one of them, so callers
@@ -49,19 +49,19 @@ type Error struct {
 }
 
 // Error renders the message: source, kind, bad part, detail, allowed values.
-// Every piece that can carry input is cut to about quoteMax bytes, so a
+// Every piece that can carry input is cut to about launcherapi.QuoteMax bytes, so a
 // megabyte of bad annotation gives a line, not a megabyte.
 func (e *Error) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "faults: %s: %v", cut(e.Source, quoteMax), e.Kind)
+	fmt.Fprintf(&b, "faults: %s: %v", launcherapi.Cut(e.Source, launcherapi.QuoteMax), e.Kind)
 	if e.Part != "" {
-		b.WriteString(" " + quoteCut(e.Part))
+		b.WriteString(" " + launcherapi.Quote(e.Part))
 	}
 	if e.Detail != "" {
-		b.WriteString(": " + cut(e.Detail, 2*quoteMax))
+		b.WriteString(": " + launcherapi.Cut(e.Detail, 2*launcherapi.QuoteMax))
 	}
 	if e.Err != nil {
-		b.WriteString(": " + cut(e.Err.Error(), quoteMax))
+		b.WriteString(": " + launcherapi.Cut(e.Err.Error(), launcherapi.QuoteMax))
 	}
 	if len(e.Allowed) > 0 {
 		allowed := e.Allowed
@@ -69,43 +69,14 @@ func (e *Error) Error() string {
 		if len(allowed) > maxAllowed {
 			allowed, more = allowed[:maxAllowed], fmt.Sprintf(", and %d more", len(e.Allowed)-maxAllowed)
 		}
-		b.WriteString(" (allowed: " + cut(strings.Join(allowed, ", "), 4*quoteMax) + more + ")")
+		b.WriteString(" (allowed: " + launcherapi.Cut(strings.Join(allowed, ", "), 4*launcherapi.QuoteMax) + more + ")")
 	}
 	return b.String()
 }
 
-// quoteMax is how many bytes of a bad value a message quotes; maxAllowed
-// how many allowed values it lists.
-const (
-	quoteMax   = 200
-	maxAllowed = 20
-)
-
-// quoteCut quotes s as %q does, cut to quoteMax bytes on a rune boundary
-// with its full length after it when longer.
-func quoteCut(s string) string {
-	if len(s) <= quoteMax {
-		return strconv.Quote(s)
-	}
-	return strconv.Quote(s[:runeCut(s, quoteMax)]) + fmt.Sprintf("… (%d bytes)", len(s))
-}
-
-// cut is s, or its first n bytes (on a rune boundary) and its length.
-func cut(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:runeCut(s, n)] + fmt.Sprintf("… (%d bytes)", len(s))
-}
-
-// runeCut is the largest i <= n at which s can be cut without splitting
-// a UTF-8 sequence.
-func runeCut(s string, n int) int {
-	for n > 0 && n < len(s) && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return n
-}
+// maxAllowed is how many allowed values a message lists (a bad value is
+// quoted in at most launcherapi.QuoteMax bytes).
+const maxAllowed = 20
 
 // Unwrap returns the kind and the cause, for errors.Is and errors.As.
 func (e *Error) Unwrap() []error {

@@ -3,6 +3,8 @@ package faults
 import (
 	"strings"
 	"testing"
+
+	"github.com/crashloop-harness/crashloop/pkg/launcherapi"
 )
 
 // TestErrorsQuoteInputCut: a bad fault term of a megabyte, in any part
@@ -46,12 +48,12 @@ func TestErrorsQuoteInputCut(t *testing.T) {
 // TestQuoteCut: short values are quoted whole; long ones are cut on a
 // rune boundary and say how long they were.
 func TestQuoteCut(t *testing.T) {
-	if got := quoteCut("SIGFOO"); got != `"SIGFOO"` {
-		t.Errorf("quoteCut(SIGFOO) = %s", got)
+	if got := launcherapi.Quote("SIGFOO"); got != `"SIGFOO"` {
+		t.Errorf("launcherapi.Quote(SIGFOO) = %s", got)
 	}
 	long := strings.Repeat("é", 300) // 600 bytes
-	got := quoteCut(long)
+	got := launcherapi.Quote(long)
 	if !strings.HasSuffix(got, "… (600 bytes)") || len(got) > 260 || strings.Contains(got, `\x`) {
-		t.Errorf("quoteCut(600 bytes) = %s", got)
+		t.Errorf("launcherapi.Quote(600 bytes) = %s", got)
 	}
 }
